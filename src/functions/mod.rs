@@ -1,0 +1,1 @@
+//! Azure Functions custom-handler protocol (invocation payloads and routes).

@@ -1,0 +1,1 @@
+//! Azure Storage backend (the only module that touches the azure_* crates).

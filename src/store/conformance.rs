@@ -1,0 +1,1 @@
+//! Conformance suite shared by every backend.

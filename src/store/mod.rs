@@ -1,0 +1,311 @@
+//! The storage abstraction: exactly the Azure Table and Queue operations the engine needs.
+//!
+//! Two backends implement it: [`local`] (embedded SQLite, the default) and [`azure`]
+//! (Azure Storage through `azure_data_tables` / `azure_storage_queues`). Both must behave
+//! identically; the conformance suite in [`conformance`] is the judge, and any difference it
+//! finds is a bug in `local`.
+//!
+//! Semantics follow the Azure Table service REST API
+//! (learn.microsoft.com/rest/api/storageservices/, "Understanding the Table service data model",
+//! "Query timeout and pagination", "Performing entity group transactions"):
+//! - entities are addressed by (PartitionKey, RowKey); keys are validated by [`crate::keys`]
+//!   before they reach a backend, so backends may assume valid keys;
+//! - every write returns a new opaque [`ETag`]; conditional writes compare it;
+//! - partition queries return at most [`MAX_PAGE`] entities in RowKey order plus a continuation
+//!   token; a page may be short (even empty) and still carry a token;
+//! - an entity group transaction (EGT) holds at most [`MAX_BATCH_OPS`] operations on one
+//!   partition and is atomic.
+
+pub mod azure;
+pub mod conformance;
+pub mod local;
+pub mod value;
+
+pub use value::{Entity, Properties, Value};
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+/// Most entities one query page returns (Azure: 1,000 per response).
+pub const MAX_PAGE: usize = 1000;
+/// Most operations in one entity group transaction (Azure: 100).
+pub const MAX_BATCH_OPS: usize = 100;
+/// Largest request body of one entity group transaction, in bytes (Azure: 4 MiB).
+pub const MAX_BATCH_BYTES: usize = 4 * 1024 * 1024;
+/// Most messages one queue receive returns (Azure: 32).
+pub const MAX_RECEIVE: usize = 32;
+/// Largest queue message text, in bytes of UTF-8 (Azure: 64 KiB).
+pub const MAX_MESSAGE_BYTES: usize = 64 * 1024;
+
+/// An opaque entity version. Compare only for equality; never parse.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct ETag(pub String);
+
+/// The precondition of a conditional write (`If-Match`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum IfMatch {
+    /// `If-Match: *`: the entity must exist ([`StoreError::NotFound`] otherwise).
+    Any,
+    /// The entity must exist and still carry this ETag ([`StoreError::PreconditionFailed`] if
+    /// it changed, [`StoreError::NotFound`] if it is gone).
+    Etag(ETag),
+}
+
+/// Errors of a storage backend, reduced to what callers branch on. Backend details are in
+/// the message, which never contains credentials.
+#[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum StoreError {
+    /// The entity, table, queue or message does not exist (HTTP 404).
+    #[error("not found: {0}")]
+    NotFound(String),
+    /// An insert found the entity already there (HTTP 409 EntityAlreadyExists).
+    #[error("already exists: {0}")]
+    AlreadyExists(String),
+    /// An `If-Match` ETag or a pop receipt no longer matches (HTTP 412 / 400 PopReceiptMismatch).
+    #[error("precondition failed: {0}")]
+    PreconditionFailed(String),
+    /// One operation of an entity group transaction failed; nothing of the batch was written.
+    #[error("batch operation {index} failed: {source}")]
+    BatchFailed {
+        /// Zero-based index of the failing operation.
+        index: usize,
+        /// What that operation hit.
+        source: Box<StoreError>,
+    },
+    /// The request broke a service rule (bad key, too many properties, too large, ...).
+    #[error("invalid request: {0}")]
+    InvalidInput(String),
+    /// A transient failure (HTTP 408/429/500/503, timeout, connection reset). Retrying may
+    /// succeed; a write that failed this way may or may not have been committed.
+    #[error("storage unavailable: {0}")]
+    Unavailable(String),
+    /// Anything else (authentication, unexpected responses).
+    #[error("storage error: {0}")]
+    Other(String),
+}
+
+impl StoreError {
+    /// True when retrying the same call may succeed.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            StoreError::Unavailable(_) => true,
+            StoreError::BatchFailed { source, .. } => source.is_transient(),
+            _ => false,
+        }
+    }
+}
+
+/// Result of a storage call.
+pub type StoreResult<T> = Result<T, StoreError>;
+
+/// One operation of an entity group transaction. All entities of a batch share one
+/// PartitionKey, and each RowKey appears at most once.
+#[derive(Debug, Clone)]
+pub enum BatchOp {
+    /// Insert; fails the batch with `AlreadyExists` if present.
+    Insert(Entity),
+    /// Insert or replace, unconditionally.
+    Upsert(Entity),
+    /// Replace an existing entity under a precondition.
+    Replace(Entity, IfMatch),
+    /// Delete an existing entity under a precondition.
+    Delete {
+        /// RowKey of the entity to delete.
+        row_key: String,
+        /// Precondition.
+        if_match: IfMatch,
+    },
+}
+
+impl BatchOp {
+    /// The RowKey this operation touches.
+    pub fn row_key(&self) -> &str {
+        match self {
+            BatchOp::Insert(e) | BatchOp::Upsert(e) | BatchOp::Replace(e, _) => &e.row_key,
+            BatchOp::Delete { row_key, .. } => row_key,
+        }
+    }
+}
+
+/// A RowKey range of a partition query. `None` bounds are open.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RowRange {
+    /// Inclusive lower bound (`RowKey ge`).
+    pub from: Option<String>,
+    /// Exclusive lower bound (`RowKey gt`); used to resume after a known RowKey.
+    pub after: Option<String>,
+    /// Exclusive upper bound (`RowKey lt`).
+    pub before: Option<String>,
+    /// Inclusive upper bound (`RowKey le`).
+    pub to: Option<String>,
+}
+
+impl RowRange {
+    /// True when `row_key` lies inside every bound.
+    pub fn contains(&self, row_key: &str) -> bool {
+        self.from.as_deref().is_none_or(|f| row_key >= f)
+            && self.after.as_deref().is_none_or(|a| row_key > a)
+            && self.before.as_deref().is_none_or(|b| row_key < b)
+            && self.to.as_deref().is_none_or(|t| row_key <= t)
+    }
+}
+
+/// One page of a query: entities in (PartitionKey, RowKey) order and, if the query may have
+/// more, the opaque token to fetch the next page with.
+#[derive(Debug, Clone, Default)]
+pub struct Page {
+    /// Entities of this page (at most the requested page size, at most [`MAX_PAGE`]).
+    pub entities: Vec<Entity>,
+    /// `Some` when more results may follow. A page can be short or empty and still have one.
+    pub continuation: Option<String>,
+}
+
+/// Table operations. Table names are alphanumeric, 3-63 characters, starting with a letter.
+#[async_trait]
+pub trait TableStore: Send + Sync {
+    /// Creates the table if it does not exist (idempotent).
+    async fn create_table(&self, table: &str) -> StoreResult<()>;
+
+    /// Deletes the table and everything in it; a missing table is not an error.
+    async fn delete_table(&self, table: &str) -> StoreResult<()>;
+
+    /// Point read. `Ok(None)` when the entity does not exist.
+    async fn get(&self, table: &str, partition_key: &str, row_key: &str) -> StoreResult<Option<Entity>>;
+
+    /// Inserts a new entity; `AlreadyExists` when one with the same keys exists.
+    async fn insert(&self, table: &str, entity: &Entity) -> StoreResult<ETag>;
+
+    /// Inserts or replaces the entity unconditionally (`InsertOrReplace`).
+    async fn upsert(&self, table: &str, entity: &Entity) -> StoreResult<ETag>;
+
+    /// Replaces an existing entity (all properties) under `if_match`.
+    async fn replace(&self, table: &str, entity: &Entity, if_match: &IfMatch) -> StoreResult<ETag>;
+
+    /// Deletes an existing entity under `if_match`; `NotFound` when it is absent.
+    async fn delete(&self, table: &str, partition_key: &str, row_key: &str, if_match: &IfMatch) -> StoreResult<()>;
+
+    /// Queries one partition in RowKey order, at most `limit` (capped at [`MAX_PAGE`])
+    /// entities per page, resuming from `continuation` (a token from a previous page of the
+    /// same query).
+    async fn query_partition(
+        &self,
+        table: &str,
+        partition_key: &str,
+        range: &RowRange,
+        limit: usize,
+        continuation: Option<&str>,
+    ) -> StoreResult<Page>;
+
+    /// Scans the whole table in (PartitionKey, RowKey) order, one page at a time.
+    async fn scan(&self, table: &str, limit: usize, continuation: Option<&str>) -> StoreResult<Page>;
+
+    /// Runs an entity group transaction on one partition: all operations or none.
+    /// Rejected with `InvalidInput` before any I/O if it holds more than [`MAX_BATCH_OPS`]
+    /// operations, mixes partitions or repeats a RowKey. Returns one ETag per operation
+    /// (`None` for deletes). A failing operation yields `BatchFailed { index, .. }`.
+    async fn batch(&self, table: &str, partition_key: &str, ops: &[BatchOp]) -> StoreResult<Vec<Option<ETag>>>;
+}
+
+/// A message received from a queue, invisible to others until its visibility timeout ends.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReceivedMessage {
+    /// Service-assigned message id (stable across redeliveries).
+    pub id: String,
+    /// Receipt required to delete or update this delivery; replaced by every receive/update.
+    pub pop_receipt: String,
+    /// How many times the message has been received, this delivery included (1 on first).
+    pub dequeue_count: u32,
+    /// The message text as stored (callers choose the encoding, e.g. Base64).
+    pub text: String,
+}
+
+/// Queue operations. Queue names are lowercase letters, digits and single dashes, 3-63
+/// characters.
+#[async_trait]
+pub trait QueueStore: Send + Sync {
+    /// Creates the queue if it does not exist (idempotent).
+    async fn create_queue(&self, queue: &str) -> StoreResult<()>;
+
+    /// Deletes the queue; a missing queue is not an error.
+    async fn delete_queue(&self, queue: &str) -> StoreResult<()>;
+
+    /// Appends a message that becomes visible after `visible_after` (0 s to 7 days). The
+    /// text must be at most [`MAX_MESSAGE_BYTES`]; returns the message id.
+    async fn put_message(&self, queue: &str, text: &str, visible_after: Duration) -> StoreResult<String>;
+
+    /// Receives up to `max` (1..=32) visible messages and hides them for `visibility`
+    /// (1 s to 7 days), incrementing their dequeue count. No ordering is guaranteed.
+    async fn receive_messages(&self, queue: &str, max: usize, visibility: Duration) -> StoreResult<Vec<ReceivedMessage>>;
+
+    /// Deletes a received message; `PreconditionFailed` for a stale pop receipt, `NotFound`
+    /// when it is already gone.
+    async fn delete_message(&self, queue: &str, id: &str, pop_receipt: &str) -> StoreResult<()>;
+
+    /// Makes a received message visible again after `visible_after`, keeping its text.
+    /// Returns the new pop receipt.
+    async fn release_message(&self, queue: &str, id: &str, pop_receipt: &str, text: &str, visible_after: Duration) -> StoreResult<String>;
+
+    /// Approximate number of messages (visible or not).
+    async fn approximate_count(&self, queue: &str) -> StoreResult<u64>;
+}
+
+/// A backend providing both tables and queues.
+pub trait Store: TableStore + QueueStore {}
+impl<T: TableStore + QueueStore> Store for T {}
+
+/// Checks the rules every backend enforces before I/O on a batch: size, single partition,
+/// unique RowKeys.
+pub fn validate_batch(partition_key: &str, ops: &[BatchOp]) -> StoreResult<()> {
+    if ops.is_empty() {
+        return Err(StoreError::InvalidInput("batch: an entity group transaction needs at least one operation".into()));
+    }
+    if ops.len() > MAX_BATCH_OPS {
+        return Err(StoreError::InvalidInput(format!(
+            "batch: {} operations, the limit is {MAX_BATCH_OPS} per entity group transaction",
+            ops.len()
+        )));
+    }
+    let mut seen = std::collections::HashSet::new();
+    for (i, op) in ops.iter().enumerate() {
+        if let BatchOp::Insert(e) | BatchOp::Upsert(e) | BatchOp::Replace(e, _) = op {
+            if e.partition_key != partition_key {
+                return Err(StoreError::InvalidInput(format!(
+                    "batch: operation {i} targets another PartitionKey; an entity group transaction covers one partition"
+                )));
+            }
+        }
+        if !seen.insert(op.row_key()) {
+            return Err(StoreError::InvalidInput(format!(
+                "batch: operation {i} repeats a RowKey; each entity may appear once per transaction (InvalidDuplicateRow)"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Checks queue-message rules before I/O.
+pub fn validate_message(text: &str, visible_after: Duration) -> StoreResult<()> {
+    if text.len() > MAX_MESSAGE_BYTES {
+        return Err(StoreError::InvalidInput(format!(
+            "queue message: {} bytes, the limit is {MAX_MESSAGE_BYTES}",
+            text.len()
+        )));
+    }
+    if visible_after > Duration::from_secs(7 * 24 * 3600) {
+        return Err(StoreError::InvalidInput("queue message: visibility delay over 7 days".into()));
+    }
+    Ok(())
+}
+
+/// Checks receive parameters before I/O (Azure: 1..=32 messages, visibility 1 s..7 days).
+pub fn validate_receive(max: usize, visibility: Duration) -> StoreResult<()> {
+    if max == 0 || max > MAX_RECEIVE {
+        return Err(StoreError::InvalidInput(format!("receive: {max} messages requested, allowed 1..={MAX_RECEIVE}")));
+    }
+    if visibility < Duration::from_secs(1) || visibility > Duration::from_secs(7 * 24 * 3600) {
+        return Err(StoreError::InvalidInput("receive: visibility timeout must be 1 s to 7 days (whole seconds)".into()));
+    }
+    Ok(())
+}
