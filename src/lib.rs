@@ -2,5 +2,14 @@
 //! write-ahead log.
 #![warn(missing_docs)]
 
-pub mod store;
+pub mod error;
 pub mod functions;
+pub mod keys;
+pub mod record;
+pub mod schema;
+pub mod store;
+
+pub use error::{Error, Result};
+pub mod faults;
+pub mod query;
+pub mod wal;

@@ -1,0 +1,57 @@
+//! The catalog's error type: what callers branch on, with HTTP status mapping done in
+//! [`crate::http`]. Messages name the offending field and the limit, and never contain
+//! credentials.
+
+use crate::keys::KeyError;
+use crate::store::StoreError;
+
+/// Errors of catalog operations.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// Bad input: the request can never succeed as sent. Nothing was written.
+    #[error("{0}")]
+    Invalid(String),
+    /// The input is over a size limit (record, body, batch). Nothing was written.
+    #[error("{0}")]
+    TooLarge(String),
+    /// The named thing does not exist.
+    #[error("{0}")]
+    NotFound(String),
+    /// The write conflicts with the current state (e.g. insert of an existing record).
+    #[error("{0}")]
+    Conflict(String),
+    /// The catalog was created with another schema (index keys / row key).
+    #[error("{0}")]
+    SchemaMismatch(String),
+    /// Configuration is missing or invalid.
+    #[error("configuration: {0}")]
+    Config(String),
+    /// A blocking wait ended before the write was applied; the write stays durable.
+    #[error("{0}")]
+    Timeout(String),
+    /// The storage backend failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+impl Error {
+    /// True when retrying may succeed (transient storage failures).
+    pub fn is_transient(&self) -> bool {
+        matches!(self, Error::Store(e) if e.is_transient())
+    }
+
+    /// Shorthand for [`Error::Invalid`].
+    pub fn invalid(msg: impl Into<String>) -> Self {
+        Error::Invalid(msg.into())
+    }
+}
+
+impl From<KeyError> for Error {
+    fn from(e: KeyError) -> Self {
+        Error::Invalid(e.to_string())
+    }
+}
+
+/// Result of catalog operations.
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,0 +1,68 @@
+//! Named crash points on the write and apply paths, for the reliability tests.
+//!
+//! Each call site names a step (`after_wal_write`, `before_enqueue`, `after_fanout_row`,
+//! `before_checkpoint`, `before_remove_applied`). Without the `fault-injection` feature,
+//! [`point`] is an inlined `Ok(())` and costs nothing. With it, a test can install a hook that
+//! makes a point fail (as if the process died there: the caller sees an error and stops), and
+//! the environment variable `TABLE_CATALOG_CRASH_AT=name` (or `name:k` for the k-th hit)
+//! aborts the process at that point, for kill tests across processes.
+
+use crate::error::Result;
+
+/// The named points, in path order.
+pub const POINTS: &[&str] =
+    &["after_wal_write", "before_enqueue", "after_fanout_row", "before_checkpoint", "before_remove_applied"];
+
+#[cfg(not(feature = "fault-injection"))]
+/// Passes the named point (no-op in this build).
+#[inline(always)]
+pub fn point(_name: &'static str) -> Result<()> {
+    Ok(())
+}
+
+#[cfg(feature = "fault-injection")]
+pub use enabled::*;
+
+#[cfg(feature = "fault-injection")]
+mod enabled {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::{Arc, RwLock};
+
+    use crate::error::{Error, Result};
+    use crate::store::StoreError;
+
+    type Hook = Arc<dyn Fn(&str) -> bool + Send + Sync>;
+    static HOOK: RwLock<Option<Hook>> = RwLock::new(None);
+    static HITS: AtomicU64 = AtomicU64::new(0);
+
+    /// Installs a hook: when it returns true for a point, that point fails.
+    pub fn set_hook(hook: impl Fn(&str) -> bool + Send + Sync + 'static) {
+        if let Ok(mut h) = HOOK.write() {
+            *h = Some(Arc::new(hook));
+        }
+    }
+
+    /// Removes the hook.
+    pub fn clear_hook() {
+        if let Ok(mut h) = HOOK.write() {
+            *h = None;
+        }
+    }
+
+    /// Passes the named point: fails it when the hook says so, aborts the process when
+    /// `TABLE_CATALOG_CRASH_AT` names it.
+    pub fn point(name: &'static str) -> Result<()> {
+        if let Ok(spec) = std::env::var("TABLE_CATALOG_CRASH_AT") {
+            let (want, k) = spec.split_once(':').map_or((spec.as_str(), 1), |(n, k)| (n, k.parse().unwrap_or(1)));
+            if want == name && HITS.fetch_add(1, Ordering::SeqCst) + 1 == k {
+                eprintln!("crash point {name}: aborting");
+                std::process::abort();
+            }
+        }
+        let hook = HOOK.read().ok().and_then(|h| h.clone());
+        if hook.is_some_and(|h| h(name)) {
+            return Err(Error::Store(StoreError::Unavailable(format!("injected crash at {name}"))));
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,288 @@
+//! Key encoding: how an identifier becomes a PartitionKey and a record a RowKey.
+//!
+//! From the product description (az-table-catalog README, "Key Encoding" and "Technical
+//! Specification"):
+//! - PartitionKey = `{n}_{field}{value}` with field and value lowercased and `n` the length in
+//!   characters of the lowercased field name: `("eid", "F314")` gives `3_eidf314`. The length
+//!   prefix makes the encoding collision-free without a delimiter: `("a", "b:c")` gives
+//!   `1_ab:c` and `("a:b", "c")` gives `3_a:bc`.
+//! - RowKey = lowercase of `{sortvalue}:{fp}` where `fp` is the first 8 hex digits of the MD5
+//!   of the lowercased string forms of the indexed values, taken in alphabetical order of the
+//!   index field names and joined by `|`.
+//!
+//! Two rules of our own, because Azure forbids some characters in keys ("Understanding the
+//! Table service data model": `/ \ # ?`, U+0000-U+001F, U+007F-U+009F):
+//! - those characters and `%` itself are written as `%XX` (each UTF-8 byte, uppercase hex),
+//!   so the encoding stays injective and the result is always a legal key;
+//! - an encoded key longer than [`MAX_KEY_UTF16`] UTF-16 code units (1 KiB) is rejected with
+//!   [`KeyError::TooLong`] before any I/O.
+//!
+//! The fingerprint is computed over the raw (unescaped) lowercased values, so it equals the
+//! Python reference's for the same record.
+
+use md5::{Digest, Md5};
+
+/// Longest PartitionKey or RowKey, in UTF-16 code units: 1 KiB as UTF-16. Azure documents
+/// "up to 1 KiB"; Azurite enforces 512 UTF-16 units; this limit is safe under both readings.
+pub const MAX_KEY_UTF16: usize = 512;
+
+/// Why a key could not be built.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum KeyError {
+    /// The encoded key is over [`MAX_KEY_UTF16`] UTF-16 code units.
+    #[error("{what} for field '{field}' is {len} UTF-16 code units once encoded; the limit is {MAX_KEY_UTF16} (1 KiB)")]
+    TooLong {
+        /// "PartitionKey" or "RowKey".
+        what: &'static str,
+        /// The field whose value made the key.
+        field: String,
+        /// Encoded length in UTF-16 code units.
+        len: usize,
+    },
+}
+
+/// True for the characters Azure forbids in PartitionKey and RowKey values.
+pub fn is_forbidden_key_char(c: char) -> bool {
+    matches!(c, '/' | '\\' | '#' | '?' | '\u{0}'..='\u{1f}' | '\u{7f}'..='\u{9f}')
+}
+
+/// Writes forbidden characters and `%` as `%XX` (one per UTF-8 byte, uppercase hex).
+/// Everything else is kept as is. Injective: `%` never stands for itself in the output.
+pub fn escape_key(raw: &str) -> String {
+    if !raw.chars().any(|c| c == '%' || is_forbidden_key_char(c)) {
+        return raw.to_string();
+    }
+    let mut out = String::with_capacity(raw.len() + 8);
+    for c in raw.chars() {
+        if c == '%' || is_forbidden_key_char(c) {
+            let mut buf = [0u8; 4];
+            for b in c.encode_utf8(&mut buf).bytes() {
+                out.push_str(&format!("%{b:02X}"));
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// Inverse of [`escape_key`]; `None` if `encoded` is not an output of it.
+pub fn unescape_key(encoded: &str) -> Option<String> {
+    let bytes = encoded.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = encoded.get(i + 1..i + 3)?;
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+fn check_len(what: &'static str, field: &str, key: String) -> Result<String, KeyError> {
+    let len = key.encode_utf16().count();
+    if len > MAX_KEY_UTF16 {
+        return Err(KeyError::TooLong { what, field: field.to_string(), len });
+    }
+    Ok(key)
+}
+
+/// The PartitionKey of index `field` holding `value`: `escape(lower("{n}_{field}{value}"))`.
+///
+/// ```
+/// assert_eq!(table_catalog::keys::partition_key("eid", "F314").unwrap(), "3_eidf314");
+/// assert_eq!(table_catalog::keys::partition_key("a", "b:c").unwrap(), "1_ab:c");
+/// assert_eq!(table_catalog::keys::partition_key("a:b", "c").unwrap(), "3_a:bc");
+/// ```
+pub fn partition_key(field: &str, value: &str) -> Result<String, KeyError> {
+    // Field and value are lowercased as one string, as the reference does, so context-
+    // dependent lowercasing (a word-final 'Σ' becomes 'ς') gives the reference's result.
+    let n = field.to_lowercase().chars().count();
+    let raw = format!("{n}_{}", format!("{field}{value}").to_lowercase());
+    check_len("PartitionKey", field, escape_key(&raw))
+}
+
+/// First 8 hex digits of MD5 over the lowercased index values joined by `|`. `values` must
+/// be in alphabetical order of their field names (see [`crate::schema::Schema`]); a missing
+/// value contributes the empty string.
+pub fn fingerprint<'a>(values: impl IntoIterator<Item = &'a str>) -> String {
+    let joined = values.into_iter().map(str::to_lowercase).collect::<Vec<_>>().join("|");
+    let digest = Md5::digest(joined.as_bytes());
+    digest.iter().take(4).map(|b| format!("{b:02x}")).collect()
+}
+
+/// The RowKey of a record: `escape(lower("{sort_value}:{fingerprint}"))`.
+/// `field` names the row-key field for the error message.
+pub fn row_key(field: &str, sort_value: &str, fingerprint: &str) -> Result<String, KeyError> {
+    check_len("RowKey", field, escape_key(&format!("{sort_value}:{fingerprint}").to_lowercase()))
+}
+
+/// Inclusive lower RowKey bound for records whose sort value is at least `from`
+/// (`RowKey ge '{from}:'`, as in the product description).
+pub fn row_from_bound(from: &str) -> String {
+    escape_key(&format!("{}:", from.to_lowercase()))
+}
+
+/// Inclusive upper RowKey bound for records whose sort value is at most `to`
+/// (`RowKey le '{to}:z'`; `z` sorts after every hex digit of the fingerprint).
+pub fn row_to_bound(to: &str) -> String {
+    escape_key(&format!("{}:z", to.to_lowercase()))
+}
+
+/// The string form of a JSON value used in keys, matching Python's `str()` as the reference
+/// applies it: strings as is, `True`/`False`, integers in decimal, floats as Python's
+/// `repr` (`1e+20`, `0.0001`, `100.0`). `null` is a missing value (`None`). Arrays and objects
+/// use their compact JSON text (the reference would use Python's dict syntax; such values
+/// make poor identifiers anyway).
+pub fn key_string(value: &serde_json::Value) -> Option<String> {
+    use serde_json::Value as J;
+    match value {
+        J::Null => None,
+        J::String(s) => Some(s.clone()),
+        J::Bool(true) => Some("True".into()),
+        J::Bool(false) => Some("False".into()),
+        J::Number(n) => Some(match (n.as_i64(), n.as_u64(), n.as_f64()) {
+            (Some(i), _, _) => i.to_string(),
+            (None, Some(u), _) => u.to_string(),
+            (_, _, Some(f)) => python_float_repr(f),
+            _ => n.to_string(),
+        }),
+        other => Some(other.to_string()),
+    }
+}
+
+/// Python's `repr(float)`: the shortest digits that round-trip, positional notation when the
+/// decimal exponent is in -4..16, scientific otherwise (`1e+16`, `1.5e-07`).
+pub fn python_float_repr(f: f64) -> String {
+    if f.is_nan() {
+        return "nan".into();
+    }
+    if f.is_infinite() {
+        return if f > 0.0 { "inf".into() } else { "-inf".into() };
+    }
+    if f == 0.0 {
+        return if f.is_sign_negative() { "-0.0".into() } else { "0.0".into() };
+    }
+    // Rust's `{:e}` prints the shortest round-trip digits, e.g. "1.5e-7", "-1e20".
+    let sci = format!("{f:e}");
+    let (mantissa, exp) = sci.split_once('e').unwrap_or((&sci, "0"));
+    let exp: i32 = exp.parse().unwrap_or(0);
+    let (sign, mantissa) = mantissa.strip_prefix('-').map_or(("", mantissa), |m| ("-", m));
+    let digits: String = mantissa.chars().filter(|c| *c != '.').collect();
+    if (-4..16).contains(&exp) {
+        let point = exp + 1; // digits before the decimal point
+        if point <= 0 {
+            format!("{sign}0.{}{digits}", "0".repeat((-point) as usize))
+        } else if point as usize >= digits.len() {
+            format!("{sign}{digits}{}.0", "0".repeat(point as usize - digits.len()))
+        } else {
+            let (int, frac) = digits.split_at(point as usize);
+            format!("{sign}{int}.{frac}")
+        }
+    } else {
+        let frac = &digits[1..];
+        let mant = if frac.is_empty() { digits[..1].to_string() } else { format!("{}.{frac}", &digits[..1]) };
+        let esign = if exp < 0 { '-' } else { '+' };
+        format!("{sign}{mant}e{esign}{:02}", exp.abs())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn product_description_examples() {
+        assert_eq!(partition_key("eid", "F314").unwrap(), "3_eidf314");
+        assert_eq!(partition_key("ssn", "123-45-6789").unwrap(), "3_ssn123-45-6789");
+        assert_eq!(partition_key("a", "b:c").unwrap(), "1_ab:c");
+        assert_eq!(partition_key("a:b", "c").unwrap(), "3_a:bc");
+        assert_ne!(partition_key("a", "b:c").unwrap(), partition_key("a:b", "c").unwrap());
+    }
+
+    #[test]
+    fn length_prefix_counts_characters_of_the_lowercased_field() {
+        assert_eq!(partition_key("ÉID", "x").unwrap(), "3_éidx");
+    }
+
+    #[test]
+    fn forbidden_characters_and_percent_are_escaped() {
+        assert_eq!(escape_key("a/b\\c#d?e"), "a%2Fb%5Cc%23d%3Fe");
+        assert_eq!(escape_key("100%"), "100%25");
+        assert_eq!(escape_key("tab\there"), "tab%09here");
+        assert_eq!(escape_key("\u{85}"), "%C2%85");
+        assert_eq!(escape_key("it's é 😀 a+b"), "it's é 😀 a+b");
+        for s in ["a/b", "100%", "%2F", "x\u{0}y\u{9f}", "é/😀", ""] {
+            let e = escape_key(s);
+            assert!(!e.chars().any(is_forbidden_key_char), "{e:?}");
+            assert_eq!(unescape_key(&e).as_deref(), Some(s));
+        }
+        // Injective: a literal "%2F" and a "/" encode differently.
+        assert_ne!(escape_key("%2F"), escape_key("/"));
+    }
+
+    #[test]
+    fn key_length_limit_is_512_utf16_units_after_encoding() {
+        // "3_eid" is 5 units.
+        assert!(partition_key("eid", &"x".repeat(507)).is_ok());
+        let err = partition_key("eid", &"x".repeat(508)).unwrap_err();
+        assert_eq!(err, KeyError::TooLong { what: "PartitionKey", field: "eid".into(), len: 513 });
+        // Each emoji is two UTF-16 units; each '/' becomes three characters.
+        assert!(partition_key("eid", &"😀".repeat(253)).is_ok());
+        assert!(partition_key("eid", &"😀".repeat(254)).is_err());
+        assert!(partition_key("eid", &"/".repeat(169)).is_ok());
+        assert!(partition_key("eid", &"/".repeat(170)).is_err());
+        assert!(row_key("name", &"n".repeat(503), "ec8246f2").is_ok());
+        assert!(row_key("name", &"n".repeat(504), "ec8246f2").is_err());
+    }
+
+    #[test]
+    fn fingerprint_is_md5_prefix_of_sorted_lowercased_values() {
+        // md5("f314|1414213562|123-45-6789") computed independently.
+        let fp = fingerprint(["F314", "1414213562", "123-45-6789"]);
+        assert_eq!(fp.len(), 8);
+        assert_eq!(fp, fingerprint(["f314", "1414213562", "123-45-6789"]));
+        assert_eq!(fingerprint([""]), "d41d8cd9"); // md5("")
+        assert_eq!(row_key("last", "Faux", "EC8246F2").unwrap(), "faux:ec8246f2");
+    }
+
+    #[test]
+    fn range_bounds_follow_the_reference() {
+        assert_eq!(row_from_bound("Faux"), "faux:");
+        assert_eq!(row_to_bound("Faux"), "faux:z");
+        let rk = row_key("last", "faux", "ec8246f2").unwrap();
+        assert!(rk.as_str() >= row_from_bound("faux").as_str() && rk <= row_to_bound("faux"));
+    }
+
+    #[test]
+    fn key_string_matches_python_str() {
+        use serde_json::json;
+        assert_eq!(key_string(&json!("F314")).unwrap(), "F314");
+        assert_eq!(key_string(&json!(true)).unwrap(), "True");
+        assert_eq!(key_string(&json!(12)).unwrap(), "12");
+        assert_eq!(key_string(&json!(-12)).unwrap(), "-12");
+        assert_eq!(key_string(&json!(18446744073709551615u64)).unwrap(), "18446744073709551615");
+        assert_eq!(key_string(&json!(null)), None);
+        let cases = [
+            (100.0, "100.0"),
+            (1.5, "1.5"),
+            (0.1, "0.1"),
+            (1e16, "1e+16"),
+            (1e15, "1000000000000000.0"),
+            (1.5e-7, "1.5e-07"),
+            (0.0001, "0.0001"),
+            (0.00001, "1e-05"),
+            (-2.5e300, "-2.5e+300"),
+            (123456.789, "123456.789"),
+            (-0.0, "-0.0"),
+        ];
+        for (f, s) in cases {
+            assert_eq!(python_float_repr(f), s, "{f}");
+        }
+    }
+}

@@ -1,0 +1,214 @@
+//! Filters and paged reads of one index partition.
+//!
+//! A filter names one or more index fields with a value each; a record matches when every
+//! named field's value equals the given one case-insensitively (the reference lowercases
+//! keys, so matching is case-insensitive). The first field picks the partition that is read;
+//! the others are checked on the records read, which gives the reference's intersection
+//! semantics with one partition read instead of one per field.
+
+use base64::Engine as _;
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+use crate::keys;
+use crate::record::{self, Record};
+use crate::schema::Schema;
+use crate::store::{Entity, RowRange, TableStore, MAX_PAGE};
+
+/// Which records an operation addresses.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Filter {
+    /// (index field, value) pairs; all must match.
+    pub fields: Vec<(String, String)>,
+    /// Smallest sort value (inclusive), compared on the lowercased RowKey.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub row_from: Option<String>,
+    /// Largest sort value (inclusive).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub row_to: Option<String>,
+}
+
+impl Filter {
+    /// A filter on these fields, without a sort-value range.
+    pub fn new(fields: Vec<(String, String)>) -> Filter {
+        Filter { fields, row_from: None, row_to: None }
+    }
+
+    /// Adds a sort-value range (builder style).
+    pub fn range(mut self, row_from: Option<String>, row_to: Option<String>) -> Filter {
+        self.row_from = row_from;
+        self.row_to = row_to;
+        self
+    }
+
+    /// Checks the filter against the schema: at least one field, only index fields, each
+    /// value non-empty and short enough for a key.
+    pub fn validate(&self, schema: &Schema) -> Result<()> {
+        if self.fields.is_empty() {
+            return Err(Error::invalid(format!(
+                "filter: name at least one index field ({}) with a value",
+                schema.index_keys.join(", ")
+            )));
+        }
+        for (field, value) in &self.fields {
+            if !schema.is_index(field) {
+                return Err(Error::invalid(format!(
+                    "filter: '{field}' is not an index field; index fields are {}",
+                    schema.index_keys.join(", ")
+                )));
+            }
+            if value.is_empty() {
+                return Err(Error::invalid(format!("filter: the value of '{field}' is empty")));
+            }
+            keys::partition_key(field, value)?;
+        }
+        for (name, bound) in [("row_from", &self.row_from), ("row_to", &self.row_to)] {
+            if let Some(b) = bound {
+                if b.encode_utf16().count() > keys::MAX_KEY_UTF16 {
+                    return Err(Error::invalid(format!("{name}: longer than {} UTF-16 code units", keys::MAX_KEY_UTF16)));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// True when the record has every filtered value (case-insensitively).
+    pub fn matches(&self, record: &Record) -> bool {
+        self.fields.iter().all(|(field, value)| {
+            Schema::index_value(record, field).is_some_and(|v| v.to_lowercase() == value.to_lowercase())
+        })
+    }
+
+    /// The partition read for this filter.
+    pub fn partition_key(&self) -> Result<String> {
+        let (field, value) = self.fields.first().ok_or_else(|| Error::invalid("filter: no field"))?;
+        Ok(keys::partition_key(field, value)?)
+    }
+
+    /// The RowKey range of the filter's sort-value bounds.
+    pub fn row_range(&self) -> RowRange {
+        RowRange {
+            from: self.row_from.as_deref().map(keys::row_from_bound),
+            to: self.row_to.as_deref().map(keys::row_to_bound),
+            ..RowRange::default()
+        }
+    }
+}
+
+/// A record found by a query, with the RowKey it is stored under.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Found {
+    /// The record (no system properties).
+    pub record: Record,
+    /// Its RowKey.
+    pub row_key: String,
+}
+
+/// One page of query results.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ResultPage {
+    /// Matching records in RowKey order.
+    pub records: Vec<Found>,
+    /// Pass back to get the next page; `None` when there is nothing more.
+    pub continuation: Option<String>,
+}
+
+fn encode_continuation(row_key: &str) -> String {
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(row_key)
+}
+
+fn decode_continuation(token: &str) -> Result<String> {
+    base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(token)
+        .ok()
+        .and_then(|b| String::from_utf8(b).ok())
+        .ok_or_else(|| Error::invalid("continuation: not a token this catalog issued"))
+}
+
+fn live_match(filter: &Filter, e: &Entity) -> Option<Found> {
+    record::from_entity(e).filter(|r| filter.matches(r)).map(|record| Found { record, row_key: e.row_key.clone() })
+}
+
+/// Reads up to `limit` matching records of the filter's partition, starting after
+/// `continuation`. Tombstones and records failing the other filter fields are skipped, so
+/// this may read more rows than it returns.
+pub async fn query_page(
+    store: &dyn TableStore,
+    table: &str,
+    filter: &Filter,
+    limit: usize,
+    continuation: Option<&str>,
+) -> Result<ResultPage> {
+    let pk = filter.partition_key()?;
+    let mut range = filter.row_range();
+    range.after = continuation.map(decode_continuation).transpose()?;
+    let limit = limit.max(1);
+    let mut out = ResultPage::default();
+    let mut token: Option<String> = None;
+    loop {
+        let want = (limit - out.records.len()).min(MAX_PAGE);
+        let page = store.query_partition(table, &pk, &range, want, token.as_deref()).await?;
+        let mut last_seen = None;
+        for e in &page.entities {
+            last_seen = Some(e.row_key.clone());
+            if let Some(found) = live_match(filter, e) {
+                out.records.push(found);
+                if out.records.len() == limit {
+                    let more = page.continuation.is_some() || e.row_key != page.entities.last().map(|l| l.row_key.clone()).unwrap_or_default();
+                    out.continuation = more.then(|| encode_continuation(&e.row_key));
+                    return Ok(out);
+                }
+            }
+        }
+        match page.continuation {
+            Some(next) => token = Some(next),
+            None => return Ok(out),
+        }
+        // Keep the resume point even if the next page comes back empty.
+        if let Some(rk) = last_seen {
+            range.after = Some(rk);
+            token = None;
+        }
+    }
+}
+
+/// Every matching record of the filter (all pages).
+pub async fn query_all(store: &dyn TableStore, table: &str, filter: &Filter) -> Result<Vec<Found>> {
+    let mut all = Vec::new();
+    let mut token: Option<String> = None;
+    loop {
+        let page = query_page(store, table, filter, MAX_PAGE, token.as_deref()).await?;
+        all.extend(page.records);
+        match page.continuation {
+            Some(next) => token = Some(next),
+            None => return Ok(all),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn matching_is_case_insensitive_and_needs_every_field() {
+        let r = json!({"icao": "KJFK", "iata": "JFK", "name": "x"}).as_object().cloned().unwrap();
+        let f = |pairs: &[(&str, &str)]| Filter::new(pairs.iter().map(|(a, b)| (a.to_string(), b.to_string())).collect());
+        assert!(f(&[("icao", "kjfk")]).matches(&r));
+        assert!(f(&[("icao", "KJFK"), ("iata", "jfk")]).matches(&r));
+        assert!(!f(&[("icao", "KJFK"), ("iata", "LGA")]).matches(&r));
+        assert!(!f(&[("lid", "JFK")]).matches(&r));
+    }
+
+    #[test]
+    fn validation_names_the_field() {
+        let s = Schema::new(vec!["icao".into(), "iata".into()], "name").unwrap();
+        let err = Filter::new(vec![("city".into(), "x".into())]).validate(&s).unwrap_err().to_string();
+        assert!(err.contains("'city' is not an index field"), "{err}");
+        assert!(Filter::default().validate(&s).is_err());
+        assert!(Filter::new(vec![("icao".into(), "".into())]).validate(&s).is_err());
+        assert!(Filter::new(vec![("icao".into(), "x".repeat(600))]).validate(&s).is_err());
+        assert!(decode_continuation("%%%").is_err());
+    }
+}

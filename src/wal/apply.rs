@@ -1,0 +1,321 @@
+//! Applying the WAL: the fan-out from pending entries to catalog rows.
+//!
+//! Protocol (one applier per shard at a time, under the lease):
+//! 1. Read pending entries in id order (all that are pending, whatever the checkpoint says:
+//!    an entry logged late with a small id is still applied).
+//! 2. Apply each entry. Runs of upserts are applied together: each row gets the last write
+//!    of the run, rows of different partitions are written concurrently. Replace and delete
+//!    resolve their filter now, against live rows and their own tombstones (so a retry after
+//!    a crash finds the same records), record their tombstones in the tombstone index, then
+//!    write the tombstones and (replace) the new record.
+//! 3. Remove the applied entries from the pending partition, then advance the checkpoint.
+//!
+//! Fencing: every catalog row carries the id of the entry that last wrote it
+//! ([`crate::record::RowMeta`]), and a row is only replaced by a larger id (ETag-conditional).
+//! So applying any entry again, in any order, concurrently with a stale lease holder, cannot
+//! bring back an older payload or resurrect a deleted record: the outcome is that of applying
+//! the entries once, in id order.
+//!
+//! An entry that can never be applied (unreadable, or its record no longer valid) is moved
+//! to the `dead` partition with the reason, so it never blocks the entries behind it.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use futures::{StreamExt, TryStreamExt};
+
+use super::lease::Lease;
+use super::{Op, Wal, WalEntry, WalId, DEAD, SHARD, TOMBSTONES};
+use crate::error::{Error, Result};
+use crate::faults;
+use crate::query::Filter;
+use crate::record::{self, Record, RowMeta};
+use crate::store::{BatchOp, Entity, IfMatch, StoreError, Value, MAX_BATCH_OPS, MAX_PAGE};
+
+/// What an apply pass did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DrainOutcome {
+    /// This caller applied entries until none were pending.
+    Drained {
+        /// Entries applied (or moved aside as dead).
+        applied: usize,
+    },
+    /// Another applier holds the shard; it re-checks for pending entries before it stops.
+    Busy,
+}
+
+/// A row to write: a live record or a tombstone of one.
+#[derive(Debug, Clone, Copy)]
+enum RowWrite<'a> {
+    Live(&'a Record),
+    Tombstone(&'a Record),
+}
+
+/// Longest run of upserts applied together.
+const UPSERT_RUN: usize = 256;
+
+impl Wal {
+    /// Applies every pending entry, unless another applier holds the shard's lease.
+    pub async fn apply_pending(&self) -> Result<DrainOutcome> {
+        let Ok(_guard) = self.apply_lock.try_lock() else {
+            return Ok(DrainOutcome::Busy);
+        };
+        let mut applied = 0;
+        loop {
+            let Some(mut lease) = self.acquire_lease().await? else {
+                return Ok(if applied > 0 { DrainOutcome::Drained { applied } } else { DrainOutcome::Busy });
+            };
+            let result = self.drain(&mut lease).await;
+            self.release_lease(lease).await;
+            match result? {
+                Some(n) => applied += n,
+                None => return Ok(DrainOutcome::Busy),
+            }
+            // Writers that found the lease taken while we held it rely on this re-check.
+            if self.pending_page(1).await?.is_empty() {
+                return Ok(DrainOutcome::Drained { applied });
+            }
+        }
+    }
+
+    /// Applies pending entries page by page. `None` when the lease was lost.
+    async fn drain(&self, lease: &mut Lease) -> Result<Option<usize>> {
+        let mut applied = 0;
+        loop {
+            if !self.keep_lease(lease).await? {
+                return Ok(None);
+            }
+            let page = self.pending_page(MAX_PAGE).await?;
+            if page.is_empty() {
+                return Ok(Some(applied));
+            }
+            let mut entries = Vec::with_capacity(page.len());
+            for e in &page {
+                match WalEntry::from_entity(e) {
+                    Ok(entry) => entries.push(entry),
+                    Err(bad) => self.bury(e, &bad.reason).await?,
+                }
+            }
+            if !self.apply_entries(&entries, lease).await? {
+                return Ok(None);
+            }
+            faults::point("before_remove_applied")?;
+            self.remove_pending(&entries).await?;
+            faults::point("before_checkpoint")?;
+            if let Some(last) = entries.iter().map(|e| &e.id).max() {
+                self.advance_checkpoint(last).await?;
+            }
+            applied += page.len();
+        }
+    }
+
+    /// Applies entries in order. `Ok(false)` when the lease was lost.
+    async fn apply_entries(&self, entries: &[WalEntry], lease: &mut Lease) -> Result<bool> {
+        let mut i = 0;
+        while i < entries.len() {
+            if !self.keep_lease(lease).await? {
+                return Ok(false);
+            }
+            let run = entries[i..].iter().take(UPSERT_RUN).take_while(|e| matches!(e.op, Op::Upsert { .. })).count();
+            let group = &entries[i..i + run.max(1)];
+            let result = if run > 0 { self.apply_upserts(group).await } else { self.apply_filtered(&group[0]).await };
+            match result {
+                Ok(()) => {}
+                Err(e) if e.is_transient() => return Err(e),
+                // A permanent failure: find the entry (or entries) that cause it and move them
+                // aside, so the rest of the log keeps flowing.
+                Err(e) if group.len() == 1 => self.bury(&group[0].to_entity(SHARD), &e.to_string()).await?,
+                Err(_) => {
+                    for entry in group {
+                        let one = std::slice::from_ref(entry);
+                        if let Err(e) = self.apply_upserts(one).await {
+                            if e.is_transient() {
+                                return Err(e);
+                            }
+                            self.bury(&entry.to_entity(SHARD), &e.to_string()).await?;
+                        }
+                    }
+                }
+            }
+            i += group.len();
+        }
+        Ok(true)
+    }
+
+    /// A run of upserts: the last write of each row wins, rows written concurrently.
+    async fn apply_upserts(&self, group: &[WalEntry]) -> Result<()> {
+        let mut rows: BTreeMap<(String, String), (&WalId, &Record)> = BTreeMap::new();
+        for entry in group {
+            let Op::Upsert { record } = &entry.op else { continue };
+            let keys = self.schema.record_keys(record)?;
+            for (_, pk) in keys.partitions {
+                rows.insert((pk, keys.row_key.clone()), (&entry.id, record));
+            }
+        }
+        self.write_rows(rows.into_iter().map(|((pk, rk), (id, rec))| (pk, rk, id, RowWrite::Live(rec))).collect()).await
+    }
+
+    /// Replace or delete: resolve the filter, tombstone what it matched, write the new record.
+    async fn apply_filtered(&self, entry: &WalEntry) -> Result<()> {
+        let (filter, new_record) = match &entry.op {
+            Op::Replace { filter, record } => (filter, Some(record)),
+            Op::Delete { filter } => (filter, None),
+            Op::Upsert { .. } => return self.apply_upserts(std::slice::from_ref(entry)).await,
+        };
+        let new_keys = new_record.map(|r| self.schema.record_keys(r)).transpose()?;
+        let new_rows: BTreeSet<(String, String)> = new_keys
+            .iter()
+            .flat_map(|k| k.partitions.iter().map(|(_, pk)| (pk.clone(), k.row_key.clone())))
+            .collect();
+        let matched = self.resolve(filter, &entry.id).await?;
+        let mut doomed: BTreeMap<(String, String), Record> = BTreeMap::new();
+        for (row_key, found_pk, rec) in matched {
+            let rows = match self.schema.record_keys(&rec) {
+                Ok(k) => k.partitions.into_iter().map(|(_, pk)| (pk, k.row_key.clone())).collect(),
+                // A row another client wrote that our schema cannot key: remove the row found.
+                Err(_) => vec![(found_pk, row_key)],
+            };
+            for row in rows {
+                if !new_rows.contains(&row) {
+                    doomed.insert(row, rec.clone());
+                }
+            }
+        }
+        self.index_tombstones(&entry.id, doomed.keys()).await?;
+        let mut writes: Vec<(String, String, &WalId, RowWrite<'_>)> =
+            doomed.iter().map(|((pk, rk), rec)| (pk.clone(), rk.clone(), &entry.id, RowWrite::Tombstone(rec))).collect();
+        if let Some(record) = new_record {
+            writes.extend(new_rows.iter().map(|(pk, rk)| (pk.clone(), rk.clone(), &entry.id, RowWrite::Live(record))));
+        }
+        self.write_rows(writes).await
+    }
+
+    /// The records a filter addresses for entry `id`: live matching rows, plus rows this same
+    /// entry already turned into tombstones (a re-application after a crash). Returns
+    /// (RowKey, PartitionKey read, record).
+    async fn resolve(&self, filter: &Filter, id: &WalId) -> Result<Vec<(String, String, Record)>> {
+        let pk = filter.partition_key()?;
+        let range = filter.row_range();
+        let mut out = Vec::new();
+        let mut token: Option<String> = None;
+        loop {
+            let page = self.store.query_partition(&self.catalog_table, &pk, &range, MAX_PAGE, token.as_deref()).await?;
+            for e in &page.entities {
+                let meta = RowMeta::of(e);
+                if meta.deleted && meta.wal_id != id.as_str() {
+                    continue;
+                }
+                let rec = record::payload(e, &meta);
+                if filter.matches(&rec) {
+                    out.push((e.row_key.clone(), pk.clone(), rec));
+                }
+            }
+            match page.continuation {
+                Some(t) => token = Some(t),
+                None => return Ok(out),
+            }
+        }
+    }
+
+    /// Records the tombstones entry `id` is about to write, so the sweeper can find them.
+    async fn index_tombstones<'a>(&self, id: &WalId, rows: impl Iterator<Item = &'a (String, String)>) -> Result<()> {
+        let entities: Vec<Entity> = rows
+            .map(|(pk, rk)| {
+                let hash = crate::keys::fingerprint([format!("{pk}\u{1}{rk}").as_str()]);
+                Entity::new(TOMBSTONES, format!("{id}_{hash}_{}", rk.len()))
+                    .with("pk", Value::String(pk.clone()))
+                    .with("rk", Value::String(rk.clone()))
+            })
+            .collect();
+        let mut by_key: BTreeMap<String, Entity> = BTreeMap::new();
+        for e in entities {
+            by_key.insert(e.row_key.clone(), e);
+        }
+        let all: Vec<Entity> = by_key.into_values().collect();
+        for chunk in all.chunks(MAX_BATCH_OPS) {
+            let ops: Vec<BatchOp> = chunk.iter().cloned().map(BatchOp::Upsert).collect();
+            self.store.batch(&self.table, TOMBSTONES, &ops).await?;
+        }
+        Ok(())
+    }
+
+    async fn write_rows(&self, rows: Vec<(String, String, &WalId, RowWrite<'_>)>) -> Result<()> {
+        futures::stream::iter(rows)
+            .map(|(pk, rk, id, write)| async move {
+                self.put_row(pk, rk, id, write).await?;
+                faults::point("after_fanout_row")
+            })
+            .buffer_unordered(self.opts.apply_concurrency.max(1))
+            .try_collect::<Vec<()>>()
+            .await
+            .map(|_| ())
+    }
+
+    /// Writes one catalog row unless it already carries this id or a larger one.
+    async fn put_row(&self, pk: String, rk: String, id: &WalId, write: RowWrite<'_>) -> Result<()> {
+        let properties = match write {
+            RowWrite::Live(r) => record::to_properties(r, id.as_str()),
+            RowWrite::Tombstone(r) => record::tombstone_properties(r, id.as_str()),
+        };
+        let entity = Entity { partition_key: pk, row_key: rk, etag: None, properties };
+        let table = &self.catalog_table;
+        match self.store.insert(table, &entity).await {
+            Ok(_) => return Ok(()),
+            Err(StoreError::AlreadyExists(_)) => {}
+            Err(e) => return Err(e.into()),
+        }
+        loop {
+            let Some(current) = self.store.get(table, &entity.partition_key, &entity.row_key).await? else {
+                match self.store.insert(table, &entity).await {
+                    Ok(_) => return Ok(()),
+                    Err(StoreError::AlreadyExists(_)) => continue,
+                    Err(e) => return Err(e.into()),
+                }
+            };
+            if RowMeta::of(&current).wal_id.as_str() >= id.as_str() {
+                return Ok(()); // written by this entry already, or by a newer one
+            }
+            let tag = current.etag.clone().ok_or_else(|| Error::Store(StoreError::Other("row read without an ETag".into())))?;
+            match self.store.replace(table, &entity, &IfMatch::Etag(tag)).await {
+                Ok(_) => return Ok(()),
+                Err(StoreError::PreconditionFailed(_) | StoreError::NotFound(_)) => continue,
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+
+    /// Removes applied entries from the pending partition (already-removed ones are fine).
+    async fn remove_pending(&self, entries: &[WalEntry]) -> Result<()> {
+        for chunk in entries.chunks(MAX_BATCH_OPS) {
+            let ops: Vec<BatchOp> =
+                chunk.iter().map(|e| BatchOp::Delete { row_key: e.id.to_string(), if_match: IfMatch::Any }).collect();
+            match self.store.batch(&self.table, SHARD, &ops).await {
+                Ok(_) => {}
+                // Another applier removed some: fall back to one by one.
+                Err(StoreError::BatchFailed { .. }) => {
+                    for e in chunk {
+                        match self.store.delete(&self.table, SHARD, e.id.as_str(), &IfMatch::Any).await {
+                            Ok(()) | Err(StoreError::NotFound(_)) => {}
+                            Err(err) => return Err(err.into()),
+                        }
+                    }
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(())
+    }
+
+    /// Moves an entry that can never be applied to the `dead` partition, with the reason.
+    async fn bury(&self, entry: &Entity, reason: &str) -> Result<()> {
+        tracing::error!(wal_id = %entry.row_key, %reason, "WAL entry cannot be applied; moved to the dead partition");
+        let mut dead = entry.clone();
+        dead.partition_key = DEAD.to_string();
+        dead.etag = None;
+        dead.properties.insert("reason".into(), Value::String(reason.chars().take(4000).collect()));
+        self.store.upsert(&self.table, &dead).await?;
+        match self.store.delete(&self.table, SHARD, &entry.row_key, &IfMatch::Any).await {
+            Ok(()) | Err(StoreError::NotFound(_)) => Ok(()),
+            Err(e) => Err(e.into()),
+        }
+    }
+}

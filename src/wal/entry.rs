@@ -1,0 +1,159 @@
+//! WAL entries: what a write intends, stored as one entity in the shard's partition of the
+//! WAL table (PartitionKey = shard, RowKey = [`WalId`]).
+//!
+//! Properties: `v` (format version, Int32), `op` (operation name, for people reading the
+//! table), `n` (chunk count) and `b0`..`b{n-1}`: the operation as JSON, split so that no
+//! string property exceeds the 64 KiB (32,768 UTF-16 units) property limit.
+
+use serde::{Deserialize, Serialize};
+
+use super::WalId;
+use crate::query::Filter;
+use crate::record::Record;
+use crate::store::{Entity, Value};
+
+/// The WAL entry format this build writes and reads.
+pub const FORMAT_VERSION: i32 = 1;
+/// Most UTF-16 units in one body chunk (the property limit is 32,768).
+const CHUNK_UTF16: usize = 32_000;
+
+/// A logged operation. Filters are resolved when the entry is applied, not when it is
+/// logged, so a delete logged after a not-yet-applied insert still removes it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "lowercase")]
+pub enum Op {
+    /// Store the record in every index (create or overwrite by identity).
+    Upsert {
+        /// The record.
+        record: Record,
+    },
+    /// Delete the records matching the filter, then store the record.
+    Replace {
+        /// Which records to replace.
+        filter: Filter,
+        /// The new record.
+        record: Record,
+    },
+    /// Delete the records matching the filter from every index.
+    Delete {
+        /// Which records to delete.
+        filter: Filter,
+    },
+}
+
+impl Op {
+    /// The operation's name (`upsert`, `replace`, `delete`).
+    pub fn name(&self) -> &'static str {
+        match self {
+            Op::Upsert { .. } => "upsert",
+            Op::Replace { .. } => "replace",
+            Op::Delete { .. } => "delete",
+        }
+    }
+}
+
+/// One pending WAL entry.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WalEntry {
+    /// Its id (RowKey).
+    pub id: WalId,
+    /// What to do.
+    pub op: Op,
+}
+
+/// Why a stored entry could not be read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("WAL entry {id}: {reason}")]
+pub struct UnreadableEntry {
+    /// RowKey of the entry.
+    pub id: String,
+    /// What is wrong with it.
+    pub reason: String,
+}
+
+fn chunks(text: &str) -> Vec<String> {
+    let mut out = vec![String::new()];
+    let mut units = 0;
+    for c in text.chars() {
+        if units + c.len_utf16() > CHUNK_UTF16 {
+            out.push(String::new());
+            units = 0;
+        }
+        units += c.len_utf16();
+        if let Some(last) = out.last_mut() {
+            last.push(c);
+        }
+    }
+    out
+}
+
+impl WalEntry {
+    /// The entity to store in partition `shard`.
+    pub fn to_entity(&self, shard: &str) -> Entity {
+        let body = serde_json::to_string(&self.op).unwrap_or_default();
+        let parts = chunks(&body);
+        let mut e = Entity::new(shard, self.id.as_str())
+            .with("v", Value::Int32(FORMAT_VERSION))
+            .with("op", Value::String(self.op.name().into()))
+            .with("n", Value::Int32(parts.len() as i32));
+        for (i, p) in parts.into_iter().enumerate() {
+            e.properties.insert(format!("b{i}"), Value::String(p));
+        }
+        e
+    }
+
+    /// Reads an entry back; entries of an unknown format version or with a damaged body are
+    /// reported, never guessed at.
+    pub fn from_entity(e: &Entity) -> Result<WalEntry, UnreadableEntry> {
+        let bad = |reason: String| UnreadableEntry { id: e.row_key.clone(), reason };
+        match e.properties.get("v") {
+            Some(Value::Int32(FORMAT_VERSION)) => {}
+            other => return Err(bad(format!("unsupported format version {other:?}"))),
+        }
+        let n = match e.properties.get("n") {
+            Some(Value::Int32(n)) if *n >= 1 => *n,
+            _ => return Err(bad("missing chunk count".into())),
+        };
+        let mut body = String::new();
+        for i in 0..n {
+            body.push_str(e.str(&format!("b{i}")).ok_or_else(|| bad(format!("missing body chunk {i}")))?);
+        }
+        let op = serde_json::from_str(&body).map_err(|err| bad(format!("body is not a valid operation: {err}")))?;
+        Ok(WalEntry { id: WalId::from_stored(e.row_key.clone()), op })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn entries_round_trip_including_large_bodies() {
+        let record = json!({"name": "é😀".repeat(40_000), "n": 1}).as_object().cloned().unwrap();
+        let entry = WalEntry { id: WalId::new(1, uuid::Uuid::nil()), op: Op::Upsert { record } };
+        let e = entry.to_entity("wal");
+        assert!(e.properties.len() > 4, "body split into chunks");
+        for (k, v) in &e.properties {
+            if let Value::String(s) = v {
+                assert!(s.encode_utf16().count() <= 32_768, "{k}");
+            }
+        }
+        assert_eq!(WalEntry::from_entity(&e).unwrap(), entry);
+        let del = WalEntry {
+            id: WalId::new(2, uuid::Uuid::nil()),
+            op: Op::Delete { filter: Filter::new(vec![("icao".into(), "KJFK".into())]) },
+        };
+        assert_eq!(WalEntry::from_entity(&del.to_entity("wal")).unwrap(), del);
+    }
+
+    #[test]
+    fn unreadable_entries_are_reported() {
+        let mut e = WalEntry { id: WalId::new(1, uuid::Uuid::nil()), op: Op::Delete { filter: Filter::default() } }.to_entity("wal");
+        e.properties.insert("v".into(), Value::Int32(99));
+        assert!(WalEntry::from_entity(&e).unwrap_err().reason.contains("version"));
+        e.properties.insert("v".into(), Value::Int32(1));
+        e.properties.insert("b0".into(), Value::String("{".into()));
+        assert!(WalEntry::from_entity(&e).is_err());
+    }
+}

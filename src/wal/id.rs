@@ -1,0 +1,97 @@
+//! WAL ids: `{UTC timestamp with microseconds}_{uuid}`, e.g.
+//! `2026-11-21T04:29:00.123456_0f8fad5b-d9cb-469f-a165-70867728950e` (the reference's
+//! format). Ids sort by time as strings.
+//!
+//! Ids are allocated from a per-shard high-water mark kept in the WAL table
+//! (`metadata/clock-{shard}`, updated with an ETag compare-and-swap): a new id's timestamp is
+//! `max(now, last allocated + 1 µs)`. So an id allocated after another one was acknowledged is
+//! always larger, whatever the writers' clocks say, and ordering by id is the order writes
+//! were issued in.
+
+use std::fmt;
+
+use time::format_description::FormatItem;
+use time::macros::format_description;
+use time::OffsetDateTime;
+
+const FORMAT: &[FormatItem<'static>] =
+    format_description!("[year]-[month]-[day]T[hour]:[minute]:[second].[subsecond digits:6]");
+
+/// A WAL id (the RowKey of a pending entry).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct WalId(String);
+
+impl WalId {
+    /// The id for timestamp `micros` (µs since the Unix epoch) and `uuid`.
+    pub fn new(micros: i64, uuid: uuid::Uuid) -> WalId {
+        WalId(format!("{}_{uuid}", format_micros(micros)))
+    }
+
+    /// Parses and checks an id (as received in an API path).
+    pub fn parse(s: &str) -> Option<WalId> {
+        let (ts, u) = s.split_once('_')?;
+        parse_micros(ts)?;
+        uuid::Uuid::parse_str(u).ok()?;
+        Some(WalId(s.to_string()))
+    }
+
+    /// Wraps a string read from storage without checking it.
+    pub fn from_stored(s: String) -> WalId {
+        WalId(s)
+    }
+
+    /// The id as text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// Its timestamp in µs since the Unix epoch, if it parses.
+    pub fn micros(&self) -> Option<i64> {
+        parse_micros(self.0.split('_').next()?)
+    }
+}
+
+impl fmt::Display for WalId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// Formats µs since the epoch as the id's timestamp part.
+pub fn format_micros(micros: i64) -> String {
+    OffsetDateTime::from_unix_timestamp_nanos(micros as i128 * 1000)
+        .ok()
+        .and_then(|t| t.format(FORMAT).ok())
+        .unwrap_or_else(|| "1970-01-01T00:00:00.000000".into())
+}
+
+/// Parses the id's timestamp part to µs since the epoch.
+pub fn parse_micros(ts: &str) -> Option<i64> {
+    let t = time::PrimitiveDateTime::parse(ts, FORMAT).ok()?.assume_utc();
+    Some((t.unix_timestamp_nanos() / 1000) as i64)
+}
+
+/// Now, in µs since the Unix epoch.
+pub fn now_micros() -> i64 {
+    (OffsetDateTime::now_utc().unix_timestamp_nanos() / 1000) as i64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_round_trip_and_sort_by_time() {
+        let u = uuid::Uuid::nil();
+        let a = WalId::new(1_763_699_340_123_456, u);
+        assert_eq!(a.as_str(), "2025-11-21T04:29:00.123456_00000000-0000-0000-0000-000000000000");
+        assert_eq!(a.micros(), Some(1_763_699_340_123_456));
+        assert_eq!(WalId::parse(a.as_str()), Some(a.clone()));
+        let b = WalId::new(1_763_699_340_123_457, u);
+        assert!(a < b);
+        assert!(WalId::parse("nope").is_none());
+        assert!(WalId::parse("2025-11-21T04:29:00.123456_notauuid").is_none());
+        // Pending ids sort before the ':' that starts non-entry rows of the WAL partition.
+        assert!(a.as_str() < ":");
+    }
+}

@@ -1,0 +1,383 @@
+//! The write-ahead log: how a write becomes durable before its multi-partition fan-out, and
+//! how the fan-out is applied exactly once in effect, whatever crashes or duplicates happen.
+//!
+//! Layout of the WAL table (PartitionKey / RowKey):
+//! - `wal` / [`WalId`]: pending entries ([`entry`]). An entry is removed once applied.
+//! - `wal` / `intent:{message}`: marks a queue intent as logged (see [`Wal::append_intent`]).
+//! - `metadata` / `checkpoint`: the last applied WAL id, property `datetime` (as the reference).
+//! - `metadata` / `clock-wal`: the id high-water mark ([`id`]).
+//! - `metadata` / `lease-wal`: the applier lease ([`lease`]).
+//! - `metadata` / `schema`: the catalog schema, stored on first use.
+//! - `tombstones` / `{WalId}_{hash}`: tombstones written by deletes, for the sweeper.
+//! - `dead` / [`WalId`]: entries that can never be applied, with the reason, so they never
+//!   block the entries behind them.
+//!
+//! The protocol (apply order, fencing, recovery) is in [`apply`]; periodic maintenance in
+//! [`sweep`].
+
+pub mod apply;
+pub mod entry;
+pub mod id;
+pub mod lease;
+pub mod sweep;
+
+pub use entry::{Op, WalEntry};
+pub use id::WalId;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::error::{Error, Result};
+use crate::faults;
+use crate::schema::Schema;
+use crate::store::{BatchOp, ETag, Entity, IfMatch, RowRange, Store, StoreError, Value, MAX_BATCH_BYTES, MAX_BATCH_OPS};
+
+/// The single shard's PartitionKey. (The layout allows `wal-00`.. shards later.)
+pub const SHARD: &str = "wal";
+/// PartitionKey of metadata rows.
+pub const METADATA: &str = "metadata";
+/// PartitionKey of the tombstone index.
+pub const TOMBSTONES: &str = "tombstones";
+/// PartitionKey of entries that cannot be applied.
+pub const DEAD: &str = "dead";
+/// RowKeys of pending entries sort below this bound (ids start with a digit).
+pub const PENDING_BEFORE: &str = ":";
+/// RowKey prefix of intent markers in the shard partition.
+pub const INTENT_PREFIX: &str = "intent:";
+
+/// Tunables of the WAL, with defaults suited to Azure.
+#[derive(Debug, Clone)]
+pub struct WalOptions {
+    /// How long an applier lease lasts before others may take it over.
+    pub lease_duration: Duration,
+    /// Rows written concurrently during a fan-out.
+    pub apply_concurrency: usize,
+    /// How long a tombstone is kept after the delete that wrote it (must exceed the lease
+    /// duration plus the longest storage request, so no stale applier can still write).
+    pub tombstone_grace: Duration,
+    /// How long an intent marker is kept (at least the queue message time-to-live: 7 days).
+    pub intent_marker_ttl: Duration,
+}
+
+impl Default for WalOptions {
+    fn default() -> Self {
+        WalOptions {
+            lease_duration: Duration::from_secs(60),
+            apply_concurrency: 32,
+            tombstone_grace: Duration::from_secs(600),
+            intent_marker_ttl: Duration::from_secs(8 * 24 * 3600),
+        }
+    }
+}
+
+/// The WAL of one catalog: append, apply, sweep.
+pub struct Wal {
+    pub(crate) store: Arc<dyn Store>,
+    /// WAL table name.
+    pub(crate) table: String,
+    /// Catalog table name.
+    pub(crate) catalog_table: String,
+    pub(crate) schema: Schema,
+    pub(crate) opts: WalOptions,
+    /// Lease owner id of this process.
+    pub(crate) owner: String,
+    /// One applier per process at a time.
+    pub(crate) apply_lock: tokio::sync::Mutex<()>,
+    /// Serialises id allocation in this process and caches the clock row.
+    clock: tokio::sync::Mutex<Option<(ETag, i64)>>,
+}
+
+impl std::fmt::Debug for Wal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Wal").field("table", &self.table).field("catalog_table", &self.catalog_table).finish()
+    }
+}
+
+fn is_conflict(e: &StoreError) -> bool {
+    matches!(e, StoreError::AlreadyExists(_) | StoreError::PreconditionFailed(_) | StoreError::NotFound(_))
+}
+
+impl Wal {
+    /// A WAL over `table` for the catalog table `catalog_table`. Call [`Wal::init`] before use.
+    pub fn new(store: Arc<dyn Store>, table: String, catalog_table: String, schema: Schema, opts: WalOptions) -> Wal {
+        Wal {
+            store,
+            table,
+            catalog_table,
+            schema,
+            opts,
+            owner: uuid::Uuid::new_v4().to_string(),
+            apply_lock: tokio::sync::Mutex::new(()),
+            clock: tokio::sync::Mutex::new(None),
+        }
+    }
+
+    /// Creates both tables and stores or checks the schema: a catalog opened with another
+    /// schema than the one it was created with fails with [`Error::SchemaMismatch`].
+    pub async fn init(&self) -> Result<()> {
+        self.store.create_table(&self.table).await?;
+        self.store.create_table(&self.catalog_table).await?;
+        let want = Entity::new(METADATA, "schema")
+            .with("index_keys", Value::String(self.schema.index_keys.join(",")))
+            .with("row_key", Value::String(self.schema.row_key.clone()))
+            .with("v", Value::Int32(entry::FORMAT_VERSION));
+        let stored = match self.store.insert(&self.table, &want).await {
+            Ok(_) => return Ok(()),
+            Err(StoreError::AlreadyExists(_)) => self.store.get(&self.table, METADATA, "schema").await?,
+            Err(e) => return Err(e.into()),
+        };
+        let stored = stored.ok_or_else(|| Error::SchemaMismatch("schema row vanished while opening".into()))?;
+        let keys = stored.str("index_keys").unwrap_or_default();
+        let row_key = stored.str("row_key").unwrap_or_default();
+        if Schema::parse_list(keys) != self.schema.index_keys || row_key != self.schema.row_key {
+            return Err(Error::SchemaMismatch(format!(
+                "catalog '{}' was created with index keys [{keys}] and row key '{row_key}', but this process is configured with index keys [{}] and row key '{}'; use the original schema or another catalog name",
+                self.catalog_table,
+                self.schema.index_keys.join(","),
+                self.schema.row_key
+            )));
+        }
+        Ok(())
+    }
+
+    /// Allocates `n` consecutive ids, each larger than every id allocated before (see [`id`]).
+    pub async fn allocate(&self, n: usize) -> Result<Vec<WalId>> {
+        let mut cached = self.clock.lock().await;
+        let row = format!("clock-{SHARD}");
+        let mut attempt = 0u32;
+        loop {
+            let (etag, last) = match cached.take() {
+                Some(c) => (Some(c.0), c.1),
+                None => match self.store.get(&self.table, METADATA, &row).await? {
+                    Some(e) => {
+                        let last = match e.properties.get("last") {
+                            Some(Value::Int64(v)) => *v,
+                            _ => 0,
+                        };
+                        (e.etag, last)
+                    }
+                    None => (None, 0),
+                },
+            };
+            let start = id::now_micros().max(last + 1);
+            let new_last = start + n as i64 - 1;
+            let e = Entity::new(METADATA, row.as_str()).with("last", Value::Int64(new_last));
+            let written = match &etag {
+                Some(tag) => self.store.replace(&self.table, &e, &IfMatch::Etag(tag.clone())).await,
+                None => self.store.insert(&self.table, &e).await,
+            };
+            match written {
+                Ok(tag) => {
+                    *cached = Some((tag, new_last));
+                    return Ok((0..n as i64).map(|i| WalId::new(start + i, uuid::Uuid::new_v4())).collect());
+                }
+                Err(e) if is_conflict(&e) && attempt < 1000 => {
+                    attempt += 1;
+                    tokio::time::sleep(Duration::from_micros(rand::random::<u64>() % (200 * attempt.min(50) as u64 + 1))).await;
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+
+    /// Logs operations durably and returns their ids, in order. Entries are written in entity
+    /// group transactions of up to 100 entries (and 4 MiB); when this returns `Ok`, every
+    /// entry is durable. On `Err` some batches may have been written; they will be applied.
+    pub async fn append(&self, ops: Vec<Op>) -> Result<Vec<WalId>> {
+        if ops.is_empty() {
+            return Ok(Vec::new());
+        }
+        let ids = self.allocate(ops.len()).await?;
+        let entities: Vec<Entity> =
+            ids.iter().zip(ops).map(|(id, op)| WalEntry { id: id.clone(), op }.to_entity(SHARD)).collect();
+        for group in batches(&entities) {
+            self.write_entries(group).await?;
+        }
+        faults::point("after_wal_write")?;
+        Ok(ids)
+    }
+
+    async fn write_entries(&self, group: &[Entity]) -> Result<()> {
+        let result = if let [single] = group {
+            self.store.insert(&self.table, single).await.map(|_| ())
+        } else {
+            let ops: Vec<BatchOp> = group.iter().cloned().map(BatchOp::Insert).collect();
+            self.store.batch(&self.table, SHARD, &ops).await.map(|_| ())
+        };
+        match result {
+            // Ids are unique, so an existing entry is ours (a retried request that had
+            // committed) or already applied and removed; either way it is durable.
+            Err(StoreError::AlreadyExists(_)) => Ok(()),
+            Err(StoreError::BatchFailed { source, .. }) if matches!(*source, StoreError::AlreadyExists(_)) => {
+                for e in group {
+                    match self.store.insert(&self.table, e).await {
+                        Ok(_) | Err(StoreError::AlreadyExists(_)) => {}
+                        Err(err) => return Err(err.into()),
+                    }
+                }
+                Ok(())
+            }
+            other => Ok(other?),
+        }
+    }
+
+    /// Logs an operation that arrived as queue message `message_id`, once: a redelivered
+    /// message returns the id it was first logged under. The entry and its marker are
+    /// written in one entity group transaction.
+    pub async fn append_intent(&self, op: Op, message_id: &str) -> Result<WalId> {
+        let marker_key = intent_marker_key(message_id);
+        if let Some(id) = self.intent_logged(&marker_key).await? {
+            return Ok(id);
+        }
+        let id = self.allocate(1).await?.remove(0);
+        let entry = WalEntry { id: id.clone(), op }.to_entity(SHARD);
+        let marker = Entity::new(SHARD, marker_key.as_str())
+            .with("id", Value::String(id.to_string()))
+            .with("at", Value::Int64(id::now_micros()));
+        match self.store.batch(&self.table, SHARD, &[BatchOp::Insert(entry), BatchOp::Insert(marker)]).await {
+            Ok(_) => Ok(id),
+            Err(StoreError::BatchFailed { .. }) => {
+                // Logged meanwhile by another delivery of the same message (or by a retried
+                // request of ours that committed).
+                self.intent_logged(&marker_key).await?.ok_or_else(|| {
+                    Error::Store(StoreError::Other("intent batch failed but no marker was written".into()))
+                })
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    async fn intent_logged(&self, marker_key: &str) -> Result<Option<WalId>> {
+        Ok(self
+            .store
+            .get(&self.table, SHARD, marker_key)
+            .await?
+            .and_then(|m| m.str("id").map(|s| WalId::from_stored(s.to_string()))))
+    }
+
+    /// Up to `limit` pending entries (raw entities) in id order.
+    pub async fn pending_page(&self, limit: usize) -> Result<Vec<Entity>> {
+        let range = RowRange { before: Some(PENDING_BEFORE.into()), ..RowRange::default() };
+        Ok(self.store.query_partition(&self.table, SHARD, &range, limit, None).await?.entities)
+    }
+
+    /// Number of pending entries (counts every page) and the oldest pending id.
+    pub async fn pending_stats(&self) -> Result<(u64, Option<WalId>)> {
+        let range = RowRange { before: Some(PENDING_BEFORE.into()), ..RowRange::default() };
+        let mut count = 0u64;
+        let mut oldest = None;
+        let mut token: Option<String> = None;
+        loop {
+            let page = self.store.query_partition(&self.table, SHARD, &range, crate::store::MAX_PAGE, token.as_deref()).await?;
+            if oldest.is_none() {
+                oldest = page.entities.first().map(|e| WalId::from_stored(e.row_key.clone()));
+            }
+            count += page.entities.len() as u64;
+            match page.continuation {
+                Some(t) => token = Some(t),
+                None => return Ok((count, oldest)),
+            }
+        }
+    }
+
+    /// True while the entry is pending (logged and not yet applied).
+    pub async fn is_pending(&self, id: &WalId) -> Result<bool> {
+        Ok(self.store.get(&self.table, SHARD, id.as_str()).await?.is_some())
+    }
+
+    /// The last applied id recorded in the checkpoint row.
+    pub async fn checkpoint(&self) -> Result<Option<WalId>> {
+        Ok(self
+            .store
+            .get(&self.table, METADATA, "checkpoint")
+            .await?
+            .and_then(|e| e.str("datetime").map(|s| WalId::from_stored(s.to_string()))))
+    }
+
+    /// Moves the checkpoint forward to `id` (never backwards).
+    pub async fn advance_checkpoint(&self, id: &WalId) -> Result<()> {
+        loop {
+            let cur = self.store.get(&self.table, METADATA, "checkpoint").await?;
+            let e = Entity::new(METADATA, "checkpoint").with("datetime", Value::String(id.to_string()));
+            let r = match &cur {
+                Some(c) if c.str("datetime").is_some_and(|d| d >= id.as_str()) => return Ok(()),
+                Some(c) => self.store.replace(&self.table, &e, &IfMatch::Etag(c.etag.clone().unwrap_or(ETag(String::new())))).await,
+                None => self.store.insert(&self.table, &e).await,
+            };
+            match r {
+                Ok(_) => return Ok(()),
+                Err(e) if is_conflict(&e) => continue,
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+
+    /// Entries moved aside because they can never be applied.
+    pub async fn dead_count(&self) -> Result<u64> {
+        let mut n = 0;
+        let mut token: Option<String> = None;
+        loop {
+            let page = self.store.query_partition(&self.table, DEAD, &RowRange::default(), crate::store::MAX_PAGE, token.as_deref()).await?;
+            n += page.entities.len() as u64;
+            match page.continuation {
+                Some(t) => token = Some(t),
+                None => return Ok(n),
+            }
+        }
+    }
+}
+
+/// RowKey of the marker for queue message `message_id` (escaped; hashed when long).
+pub fn intent_marker_key(message_id: &str) -> String {
+    let escaped = crate::keys::escape_key(message_id);
+    if escaped.encode_utf16().count() <= 200 {
+        format!("{INTENT_PREFIX}{escaped}")
+    } else {
+        format!("{INTENT_PREFIX}md5-{}", crate::keys::fingerprint([message_id]))
+    }
+}
+
+/// Splits entities into groups that fit one entity group transaction.
+fn batches(entities: &[Entity]) -> Vec<&[Entity]> {
+    let mut out = Vec::new();
+    let mut start = 0;
+    let mut bytes = 0;
+    for (i, e) in entities.iter().enumerate() {
+        let size = e.stored_size() + 1024; // + per-operation MIME overhead
+        if i > start && (i - start == MAX_BATCH_OPS || bytes + size > MAX_BATCH_BYTES - 64 * 1024) {
+            out.push(&entities[start..i]);
+            start = i;
+            bytes = 0;
+        }
+        bytes += size;
+    }
+    if start < entities.len() {
+        out.push(&entities[start..]);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn batches_respect_count_and_size() {
+        let small: Vec<Entity> = (0..250).map(|i| Entity::new("wal", format!("{i}"))).collect();
+        let sizes: Vec<usize> = batches(&small).iter().map(|b| b.len()).collect();
+        assert_eq!(sizes, [100, 100, 50]);
+        let big: Vec<Entity> =
+            (0..20).map(|i| Entity::new("wal", format!("{i}")).with("b", Value::String("x".repeat(300_000)))).collect();
+        for b in batches(&big) {
+            assert!(b.iter().map(|e| e.stored_size()).sum::<usize>() < MAX_BATCH_BYTES);
+        }
+        assert_eq!(batches(&big).iter().map(|b| b.len()).sum::<usize>(), 20);
+    }
+
+    #[test]
+    fn intent_marker_keys_are_bounded() {
+        assert_eq!(intent_marker_key("abc-123"), "intent:abc-123");
+        assert!(intent_marker_key(&"x/".repeat(300)).len() < 50);
+        assert!(intent_marker_key("a") > PENDING_BEFORE.to_string());
+    }
+}

@@ -1,0 +1,16 @@
+//! The storage conformance suite on the embedded store.
+
+use table_catalog::store::{conformance, local::LocalStore};
+
+#[tokio::test]
+async fn local_in_memory_passes_the_conformance_suite() {
+    let store = LocalStore::in_memory().unwrap();
+    conformance::run_all(&store).await;
+}
+
+#[tokio::test]
+async fn local_file_store_passes_the_conformance_suite() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = LocalStore::open(dir.path(), table_catalog::store::local::Durability::Process).unwrap();
+    conformance::run_all(&store).await;
+}
