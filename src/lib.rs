@@ -7,9 +7,15 @@ pub mod functions;
 pub mod keys;
 pub mod record;
 pub mod schema;
+pub mod settings;
 pub mod store;
 
 pub use error::{Error, Result};
 pub mod faults;
 pub mod query;
 pub mod wal;
+pub mod catalog;
+pub mod config;
+pub mod messages;
+pub use catalog::{Catalog, CatalogOptions};
+pub use config::Config;

@@ -1,0 +1,384 @@
+//! The public catalog API: validated writes through the WAL, reads by any identifier, and
+//! the entry points the queue worker, the sweeper and the Functions handler call.
+//!
+//! Every write is validated first (schema, key lengths, property limits); bad input gets
+//! [`Error::Invalid`] or [`Error::TooLarge`] naming the field and the limit, and nothing is
+//! written. A write is acknowledged once its WAL entry is durable; it is then applied
+//! asynchronously (a hint on the apply queue, the sweeper as a backstop), or before the call
+//! returns when `wait` is set.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+
+use crate::config::Names;
+use crate::error::{Error, Result};
+use crate::faults;
+use crate::messages::{self, Message};
+use crate::query::{self, Filter, ResultPage};
+use crate::record::{self, Record};
+use crate::schema::Schema;
+use crate::store::{Store, StoreError, MAX_PAGE};
+use crate::wal::apply::DrainOutcome;
+use crate::wal::sweep::{age_ms, SweepReport};
+use crate::wal::{Op, Wal, WalId, WalOptions, SHARD};
+
+/// Tunables of a catalog.
+#[derive(Debug, Clone)]
+pub struct CatalogOptions {
+    /// WAL tunables (lease, fan-out concurrency, tombstone grace).
+    pub wal: WalOptions,
+    /// Longest a `wait` write blocks before [`Error::Timeout`] (the write stays durable).
+    pub wait_timeout: Duration,
+    /// The sweeper applies entries pending longer than this.
+    pub sweep_apply_after: Duration,
+    /// Deliveries of a failing queue message before it goes to the poison queue (the
+    /// Functions default, host.json `maxDequeueCount`, is 5).
+    pub max_dequeue_count: u32,
+}
+
+impl Default for CatalogOptions {
+    fn default() -> Self {
+        CatalogOptions {
+            wal: WalOptions::default(),
+            wait_timeout: Duration::from_secs(30),
+            sweep_apply_after: Duration::from_secs(30),
+            max_dequeue_count: 5,
+        }
+    }
+}
+
+/// An acknowledged write.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Written {
+    /// Its WAL id.
+    pub id: String,
+    /// The record as stored (insert, upsert, replace).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub record: Option<Record>,
+    /// True when the write was applied before returning (`wait`).
+    pub applied: bool,
+}
+
+/// Where a WAL entry is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum WalState {
+    /// Logged, not yet applied.
+    Pending,
+    /// Applied (not pending, and at or below the checkpoint).
+    Applied,
+}
+
+/// Health of the WAL and the queues.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Status {
+    /// WAL entries not yet applied.
+    pub pending: u64,
+    /// Age of the oldest pending entry, in milliseconds.
+    pub oldest_pending_age_ms: Option<u64>,
+    /// The last applied WAL id.
+    pub checkpoint: Option<String>,
+    /// Messages on the poison queue (approximate).
+    pub poison: u64,
+    /// WAL entries that could not be applied (see the WAL's `dead` partition).
+    pub dead: u64,
+}
+
+/// What handling one apply-queue message did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MessageOutcome {
+    /// The message's work is done (or being done by the lease holder).
+    Applied {
+        /// The WAL id of a logged intent.
+        id: Option<String>,
+    },
+    /// The message can never succeed; it was put on the poison queue with this reason.
+    Poisoned {
+        /// Why.
+        reason: String,
+    },
+}
+
+/// A multi-index catalog.
+pub struct Catalog {
+    store: Arc<dyn Store>,
+    wal: Wal,
+    names: Names,
+    opts: CatalogOptions,
+}
+
+impl std::fmt::Debug for Catalog {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Catalog").field("names", &self.names).field("schema", &self.wal.schema).finish()
+    }
+}
+
+impl Catalog {
+    /// Opens a catalog: creates its tables and queues if needed and stores or checks the
+    /// schema ([`Error::SchemaMismatch`] if it was created with another one).
+    pub async fn open(store: Arc<dyn Store>, names: Names, schema: Schema, opts: CatalogOptions) -> Result<Catalog> {
+        let wal = Wal::new(store.clone(), names.wal_table.clone(), names.table.clone(), schema, opts.wal.clone());
+        wal.init().await?;
+        store.create_queue(&names.queue).await?;
+        store.create_queue(&names.poison_queue).await?;
+        Ok(Catalog { store, wal, names, opts })
+    }
+
+    /// The schema.
+    pub fn schema(&self) -> &Schema {
+        &self.wal.schema
+    }
+
+    /// Table and queue names.
+    pub fn names(&self) -> &Names {
+        &self.names
+    }
+
+    /// The storage backend.
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.store
+    }
+
+    /// The WAL (for operators and tests).
+    pub fn wal(&self) -> &Wal {
+        &self.wal
+    }
+
+    fn check_record(&self, record: &Record) -> Result<()> {
+        record::validate(record)?;
+        self.schema().record_keys(record)?;
+        Ok(())
+    }
+
+    /// Adds a record. Fails with [`Error::Conflict`] when a record with the same identity
+    /// (sort value and indexed values) is already visible; use [`Catalog::upsert`] to
+    /// overwrite. The check is made when the write is logged: two concurrent inserts of the
+    /// same identity both succeed and the later one wins.
+    pub async fn insert(&self, record: Record, wait: bool) -> Result<Written> {
+        self.check_record(&record)?;
+        let keys = self.schema().record_keys(&record)?;
+        if let Some((_, pk)) = keys.partitions.first() {
+            if let Some(row) = self.store.get(&self.names.table, pk, &keys.row_key).await? {
+                if record::from_entity(&row).is_some() {
+                    return Err(Error::Conflict(format!(
+                        "a record with RowKey '{}' already exists; use upsert to overwrite it",
+                        keys.row_key
+                    )));
+                }
+            }
+        }
+        self.log(Op::Upsert { record }, wait).await
+    }
+
+    /// Stores a record in every index, replacing one with the same identity.
+    pub async fn upsert(&self, record: Record, wait: bool) -> Result<Written> {
+        self.check_record(&record)?;
+        self.log(Op::Upsert { record }, wait).await
+    }
+
+    /// Deletes the records matching `filter` (when applied) and stores `record`. Use it to
+    /// change a record's indexed values.
+    pub async fn replace(&self, filter: Filter, record: Record, wait: bool) -> Result<Written> {
+        filter.validate(self.schema())?;
+        self.check_record(&record)?;
+        self.log(Op::Replace { filter, record }, wait).await
+    }
+
+    /// Deletes the records matching `filter` from every index. The filter is resolved when
+    /// the entry is applied, so it also deletes matching writes logged before it.
+    pub async fn delete(&self, filter: Filter, wait: bool) -> Result<Written> {
+        filter.validate(self.schema())?;
+        self.log(Op::Delete { filter }, wait).await
+    }
+
+    async fn log(&self, op: Op, wait: bool) -> Result<Written> {
+        let record = match &op {
+            Op::Upsert { record } | Op::Replace { record, .. } => Some(record.clone()),
+            Op::Delete { .. } => None,
+        };
+        let id = self.wal.append(vec![op]).await?.remove(0);
+        self.hint(&id).await?;
+        let applied = if wait { self.wait_applied(&id).await? } else { false };
+        Ok(Written { id: id.to_string(), record, applied })
+    }
+
+    /// Upserts many records through one WAL append (entity group transactions of up to 100
+    /// entries). Returns one result per input, in order: the WAL id, or the reason the
+    /// record was rejected. Valid records are logged even when others are rejected.
+    pub async fn upsert_many(&self, records: Vec<Record>, wait: bool) -> Result<Vec<Result<String>>> {
+        let mut results: Vec<Result<String>> = Vec::with_capacity(records.len());
+        let mut ops = Vec::new();
+        let mut slots = Vec::new();
+        for (i, record) in records.into_iter().enumerate() {
+            match self.check_record(&record) {
+                Ok(()) => {
+                    ops.push(Op::Upsert { record });
+                    slots.push(i);
+                    results.push(Ok(String::new()));
+                }
+                Err(e) => results.push(Err(e)),
+            }
+        }
+        let ids = self.wal.append(ops).await?;
+        for (slot, id) in slots.into_iter().zip(&ids) {
+            results[slot] = Ok(id.to_string());
+        }
+        if let Some(last) = ids.last() {
+            self.hint(last).await?;
+            if wait {
+                self.wait_applied(last).await?;
+            }
+        }
+        Ok(results)
+    }
+
+    /// Enqueues the hint for an entry. A failure is logged, not returned: the entry is
+    /// durable and the sweeper applies it.
+    async fn hint(&self, id: &WalId) -> Result<()> {
+        faults::point("before_enqueue")?;
+        let text = messages::encode(&messages::hint_json(SHARD, id.as_str()));
+        if let Err(e) = self.store.put_message(&self.names.queue, &text, Duration::ZERO).await {
+            tracing::warn!(wal_id = %id, error = %e, "could not enqueue the apply hint; the sweeper will apply the entry");
+        }
+        Ok(())
+    }
+
+    /// Blocks until entry `id` is applied, applying it here when no other applier holds the
+    /// shard. [`Error::Timeout`] after [`CatalogOptions::wait_timeout`].
+    pub async fn wait_applied(&self, id: &WalId) -> Result<bool> {
+        let deadline = Instant::now() + self.opts.wait_timeout;
+        let mut delay = Duration::from_millis(5);
+        loop {
+            if let DrainOutcome::Drained { .. } = self.wal.apply_pending().await? {
+                if !self.wal.is_pending(id).await? {
+                    return Ok(true);
+                }
+            } else if !self.wal.is_pending(id).await? {
+                return Ok(true);
+            }
+            if Instant::now() >= deadline {
+                return Err(Error::Timeout(format!(
+                    "write {id} is durable but was not applied within {:?}; it will be applied",
+                    self.opts.wait_timeout
+                )));
+            }
+            tokio::time::sleep(delay).await;
+            delay = (delay * 2).min(Duration::from_millis(200));
+        }
+    }
+
+    /// One page of records matching `filter`, at most `limit` (1..=1000), resuming after
+    /// `continuation`.
+    pub async fn query(&self, filter: &Filter, limit: usize, continuation: Option<&str>) -> Result<ResultPage> {
+        filter.validate(self.schema())?;
+        if limit == 0 || limit > MAX_PAGE {
+            return Err(Error::invalid(format!("limit: {limit} is out of range 1..={MAX_PAGE}")));
+        }
+        query::query_page(self.store.as_ref(), &self.names.table, filter, limit, continuation).await
+    }
+
+    /// Every record matching `filter`.
+    pub async fn query_all(&self, filter: &Filter) -> Result<Vec<Record>> {
+        filter.validate(self.schema())?;
+        Ok(query::query_all(self.store.as_ref(), &self.names.table, filter).await?.into_iter().map(|f| f.record).collect())
+    }
+
+    /// Whether a WAL entry is still pending. [`Error::NotFound`] for an id that is neither
+    /// pending nor at or below the checkpoint.
+    pub async fn wal_state(&self, id: &str) -> Result<WalState> {
+        let id = WalId::parse(id).ok_or_else(|| Error::invalid(format!("'{id}' is not a WAL id")))?;
+        if self.wal.is_pending(&id).await? {
+            return Ok(WalState::Pending);
+        }
+        match self.wal.checkpoint().await? {
+            Some(cp) if id <= cp => Ok(WalState::Applied),
+            _ => Err(Error::NotFound(format!("WAL entry {id} is not pending and was never applied"))),
+        }
+    }
+
+    /// Applies every pending entry now (the `recover` of the product description).
+    pub async fn recover(&self) -> Result<DrainOutcome> {
+        self.wal.apply_pending().await
+    }
+
+    /// Pending entries, oldest pending age, checkpoint, poison and dead counts.
+    pub async fn status(&self) -> Result<Status> {
+        let (pending, oldest) = self.wal.pending_stats().await?;
+        Ok(Status {
+            pending,
+            oldest_pending_age_ms: oldest.as_ref().and_then(age_ms),
+            checkpoint: self.wal.checkpoint().await?.map(|c| c.to_string()),
+            poison: self.store.approximate_count(&self.names.poison_queue).await?,
+            dead: self.wal.dead_count().await?,
+        })
+    }
+
+    /// One sweep (see [`crate::wal::sweep`]).
+    pub async fn sweep(&self) -> Result<SweepReport> {
+        self.wal.sweep(self.opts.sweep_apply_after).await
+    }
+
+    /// Handles one apply-queue message (decoded text, i.e. after Base64). Hints apply the
+    /// shard; intents are logged once per `message_id` and applied. A message that can
+    /// never succeed is put on the poison queue with its reason and reported as
+    /// [`MessageOutcome::Poisoned`]; a transient failure is an `Err` (retry the message).
+    pub async fn process_message(&self, text: &str, message_id: &str, dequeue_count: u32) -> Result<MessageOutcome> {
+        let parsed = messages::parse(text).and_then(|m| match m {
+            Message::Hint(_) => Ok(None),
+            Message::Intent(i) => {
+                let op = i.to_op()?;
+                match &op {
+                    Op::Upsert { record } => self.check_record(record)?,
+                    Op::Replace { filter, record } => {
+                        filter.validate(self.schema())?;
+                        self.check_record(record)?
+                    }
+                    Op::Delete { filter } => filter.validate(self.schema())?,
+                }
+                Ok(Some(op))
+            }
+        });
+        let op = match parsed {
+            Ok(op) => op,
+            Err(e) => {
+                let reason = e.to_string();
+                self.poison(text, message_id, dequeue_count, &reason).await?;
+                return Ok(MessageOutcome::Poisoned { reason });
+            }
+        };
+        let id = match op {
+            Some(op) => Some(self.wal.append_intent(op, message_id).await?.to_string()),
+            None => None,
+        };
+        self.wal.apply_pending().await?;
+        Ok(MessageOutcome::Applied { id })
+    }
+
+    /// Puts a message on the poison queue with the reason it failed.
+    pub async fn poison(&self, text: &str, message_id: &str, dequeue_count: u32, reason: &str) -> Result<()> {
+        tracing::warn!(message_id, dequeue_count, reason, "message moved to the poison queue");
+        let body = serde_json::json!({
+            "reason": reason,
+            "message_id": message_id,
+            "dequeue_count": dequeue_count,
+            "message": text.chars().take(40_000).collect::<String>(),
+        });
+        let encoded = messages::encode(&body.to_string());
+        match self.store.put_message(&self.names.poison_queue, &encoded, Duration::ZERO).await {
+            Ok(_) => Ok(()),
+            Err(StoreError::InvalidInput(_)) => {
+                let short = serde_json::json!({"reason": reason, "message_id": message_id, "message": "(too large to copy)"});
+                self.store.put_message(&self.names.poison_queue, &messages::encode(&short.to_string()), Duration::ZERO).await?;
+                Ok(())
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Options in force.
+    pub fn options(&self) -> &CatalogOptions {
+        &self.opts
+    }
+}

@@ -1,0 +1,261 @@
+//! Configuration: names, schema and storage backend, from code or from the environment
+//! (the settings listed in [`crate::settings`]).
+//!
+//! ```no_run
+//! # async fn demo() -> table_catalog::Result<()> {
+//! use table_catalog::config::Config;
+//! let catalog = Config::new("airports")
+//!     .index_keys(["icao", "iata", "lid"])
+//!     .row_key("name")
+//!     .local_path("/tmp/airports-store")
+//!     .open()
+//!     .await?;
+//! # Ok(()) }
+//! ```
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use crate::catalog::{Catalog, CatalogOptions};
+use crate::error::{Error, Result};
+use crate::schema::Schema;
+use crate::settings;
+use crate::store::azure::AzureStore;
+use crate::store::local::{Durability, LocalStore};
+use crate::store::{Store, Value};
+use crate::wal::METADATA;
+
+/// Table and queue names of one catalog.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Names {
+    /// Catalog table.
+    pub table: String,
+    /// WAL table (default `{table}wal`).
+    pub wal_table: String,
+    /// Apply queue (default `{table lowercased}-apply`).
+    pub queue: String,
+    /// Poison queue (`{queue}-poison`).
+    pub poison_queue: String,
+}
+
+/// Checks an Azure table name: alphanumeric, 3-63 characters, starting with a letter.
+pub fn validate_table_name(setting: &str, name: &str) -> Result<()> {
+    let ok = (3..=63).contains(&name.len())
+        && name.starts_with(|c: char| c.is_ascii_alphabetic())
+        && name.chars().all(|c| c.is_ascii_alphanumeric());
+    if ok {
+        Ok(())
+    } else {
+        Err(Error::Config(format!(
+            "{setting}: '{name}' is not a valid table name (letters and digits, 3-63 characters, starting with a letter)"
+        )))
+    }
+}
+
+/// Checks an Azure queue name: lowercase letters, digits and single dashes, 3-63
+/// characters, starting and ending with a letter or digit. The poison queue adds 7.
+pub fn validate_queue_name(setting: &str, name: &str) -> Result<()> {
+    let ok = (3..=56).contains(&name.len())
+        && name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+        && !name.starts_with('-')
+        && !name.ends_with('-')
+        && !name.contains("--");
+    if ok {
+        Ok(())
+    } else {
+        Err(Error::Config(format!(
+            "{setting}: '{name}' is not a valid queue name (lowercase letters, digits and single dashes, 3-56 characters so that '{name}{}' fits)",
+            settings::POISON_SUFFIX
+        )))
+    }
+}
+
+impl Names {
+    /// Names for catalog `table`, with optional explicit WAL table and queue names.
+    pub fn new(table: &str, wal_table: Option<&str>, queue: Option<&str>) -> Result<Names> {
+        validate_table_name(settings::NAME, table)?;
+        let wal_table = wal_table.map_or_else(|| format!("{table}wal"), String::from);
+        validate_table_name(settings::WAL_NAME, &wal_table)?;
+        if wal_table.eq_ignore_ascii_case(table) {
+            return Err(Error::Config(format!("{}: the WAL table must differ from the catalog table", settings::WAL_NAME)));
+        }
+        let queue = queue.map_or_else(|| format!("{}-apply", table.to_lowercase()), String::from);
+        validate_queue_name(settings::QUEUE, &queue)?;
+        let poison_queue = format!("{queue}{}", settings::POISON_SUFFIX);
+        Ok(Names { table: table.to_string(), wal_table, queue, poison_queue })
+    }
+}
+
+/// Where the catalog is stored.
+#[derive(Clone)]
+pub enum Backend {
+    /// The embedded store in this folder.
+    Local(PathBuf),
+    /// Azure Storage (or Azurite) through this connection string.
+    Azure(String),
+}
+
+impl std::fmt::Debug for Backend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Backend::Local(p) => write!(f, "Local({})", p.display()),
+            Backend::Azure(_) => f.write_str("Azure(<connection string redacted>)"),
+        }
+    }
+}
+
+/// Everything needed to open a catalog.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Catalog table name.
+    pub name: String,
+    /// Indexed fields; `None` means "use the schema stored in the catalog".
+    pub index_keys: Option<Vec<String>>,
+    /// Row-key field; `None` means "use the stored schema".
+    pub row_key: Option<String>,
+    /// WAL table name (default `{name}wal`).
+    pub wal_name: Option<String>,
+    /// Apply queue name (default `{name}-apply`).
+    pub queue: Option<String>,
+    /// Storage backend.
+    pub backend: Backend,
+    /// Embedded-store durability.
+    pub durability: Durability,
+    /// Tunables.
+    pub options: CatalogOptions,
+}
+
+fn env(name: &str) -> Option<String> {
+    std::env::var(name).ok().map(|v| v.trim().to_string()).filter(|v| !v.is_empty())
+}
+
+impl Config {
+    /// A configuration for catalog `name` on the embedded store in `.table-catalog/`.
+    pub fn new(name: &str) -> Config {
+        Config {
+            name: name.to_string(),
+            index_keys: None,
+            row_key: None,
+            wal_name: None,
+            queue: None,
+            backend: Backend::Local(PathBuf::from(".table-catalog")),
+            durability: Durability::Full,
+            options: CatalogOptions::default(),
+        }
+    }
+
+    /// Reads the environment: `TABLE_CATALOG_NAME` (default `catalog`),
+    /// `TABLE_CATALOG_INDEX_KEYS`, `TABLE_CATALOG_ROW_KEY`, `TABLE_CATALOG_WAL_NAME`,
+    /// `TABLE_CATALOG_QUEUE`, `TABLE_CATALOG_LOCAL_PATH`, and
+    /// `AZURE_STORAGE_CONNECTION_STRING` falling back to `AzureWebJobsStorage` (when both are
+    /// unset, the embedded store is used).
+    pub fn from_env() -> Config {
+        let mut c = Config::new(&env(settings::NAME).unwrap_or_else(|| settings::DEFAULT_NAME.to_string()));
+        c.index_keys = env(settings::INDEX_KEYS).map(|v| Schema::parse_list(&v));
+        c.row_key = env(settings::ROW_KEY);
+        c.wal_name = env(settings::WAL_NAME);
+        c.queue = env(settings::QUEUE);
+        c.backend = match env(settings::CONNECTION_STRING).or_else(|| env(settings::WEBJOBS_STORAGE)) {
+            Some(cs) => Backend::Azure(cs),
+            None => Backend::Local(PathBuf::from(env(settings::LOCAL_PATH).unwrap_or_else(|| ".table-catalog".into()))),
+        };
+        c
+    }
+
+    /// Sets the index keys (builder style).
+    pub fn index_keys<S: Into<String>>(mut self, keys: impl IntoIterator<Item = S>) -> Config {
+        self.index_keys = Some(keys.into_iter().map(Into::into).collect());
+        self
+    }
+
+    /// Sets the row-key field (builder style).
+    pub fn row_key(mut self, field: impl Into<String>) -> Config {
+        self.row_key = Some(field.into());
+        self
+    }
+
+    /// Uses the embedded store in `path` (builder style).
+    pub fn local_path(mut self, path: impl Into<PathBuf>) -> Config {
+        self.backend = Backend::Local(path.into());
+        self
+    }
+
+    /// Uses Azure Storage (builder style).
+    pub fn connection_string(mut self, cs: impl Into<String>) -> Config {
+        self.backend = Backend::Azure(cs.into());
+        self
+    }
+
+    /// The table and queue names.
+    pub fn names(&self) -> Result<Names> {
+        Names::new(&self.name, self.wal_name.as_deref(), self.queue.as_deref())
+    }
+
+    /// Connects to the configured backend.
+    pub fn open_store(&self) -> Result<Arc<dyn Store>> {
+        Ok(match &self.backend {
+            Backend::Local(path) => Arc::new(LocalStore::open(path, self.durability)?),
+            Backend::Azure(cs) => Arc::new(AzureStore::from_connection_string(cs)?),
+        })
+    }
+
+    /// The schema: from the configuration, or the one stored in the catalog when the
+    /// configuration names none.
+    async fn resolve_schema(&self, store: &Arc<dyn Store>, names: &Names) -> Result<Schema> {
+        match (&self.index_keys, &self.row_key) {
+            (Some(keys), Some(row_key)) => Schema::new(keys.clone(), row_key.clone()),
+            (None, None) => {
+                let stored = match store.get(&names.wal_table, METADATA, "schema").await {
+                    Ok(s) => s,
+                    Err(crate::store::StoreError::NotFound(_)) => None,
+                    Err(e) => return Err(e.into()),
+                };
+                let stored = stored.ok_or_else(|| {
+                    Error::Config(format!(
+                        "catalog '{}' has no stored schema yet: set {} and {}",
+                        names.table,
+                        settings::INDEX_KEYS,
+                        settings::ROW_KEY
+                    ))
+                })?;
+                let keys = match stored.properties.get("index_keys") {
+                    Some(Value::String(s)) => Schema::parse_list(s),
+                    _ => Vec::new(),
+                };
+                Schema::new(keys, stored.str("row_key").unwrap_or_default())
+            }
+            (None, Some(_)) => Err(Error::Config(format!("{} is set but {} is not", settings::ROW_KEY, settings::INDEX_KEYS))),
+            (Some(_), None) => Err(Error::Config(format!("{} is set but {} is not", settings::INDEX_KEYS, settings::ROW_KEY))),
+        }
+    }
+
+    /// Connects and opens the catalog (creating tables and queues as needed).
+    pub async fn open(&self) -> Result<Catalog> {
+        let names = self.names()?;
+        let store = self.open_store()?;
+        let schema = self.resolve_schema(&store, &names).await?;
+        Catalog::open(store, names, schema, self.options.clone()).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_follow_the_defaults_and_rules() {
+        let n = Names::new("Airports", None, None).unwrap();
+        assert_eq!((n.wal_table.as_str(), n.queue.as_str(), n.poison_queue.as_str()), ("Airportswal", "airports-apply", "airports-apply-poison"));
+        assert!(Names::new("a_b", None, None).unwrap_err().to_string().contains("TABLE_CATALOG_NAME"));
+        assert!(Names::new("ab", None, None).is_err());
+        assert!(Names::new("cat", Some("cat_WAL"), None).unwrap_err().to_string().contains("TABLE_CATALOG_WAL_NAME"));
+        assert!(Names::new("cat", None, Some("Bad_Queue")).unwrap_err().to_string().contains("TABLE_CATALOG_QUEUE"));
+        assert!(Names::new("cat", Some("CAT"), None).is_err());
+    }
+
+    #[test]
+    fn debug_output_hides_the_connection_string() {
+        let c = Config::new("cat").connection_string("AccountName=a;AccountKey=SECRETKEY==");
+        assert!(!format!("{c:?}").contains("SECRETKEY"));
+    }
+}

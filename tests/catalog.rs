@@ -1,0 +1,152 @@
+//! The catalog API end to end on the embedded store.
+
+use std::sync::Arc;
+
+use serde_json::{json, Value};
+use table_catalog::catalog::{Catalog, CatalogOptions, WalState};
+use table_catalog::config::Names;
+use table_catalog::query::Filter;
+use table_catalog::record::Record;
+use table_catalog::schema::Schema;
+use table_catalog::store::local::LocalStore;
+use table_catalog::Error;
+
+async fn open() -> Catalog {
+    let store = Arc::new(LocalStore::in_memory().unwrap());
+    let schema = Schema::new(vec!["icao".into(), "iata".into(), "lid".into()], "name").unwrap();
+    Catalog::open(store, Names::new("airports", None, None).unwrap(), schema, CatalogOptions::default()).await.unwrap()
+}
+
+fn rec(v: Value) -> Record {
+    v.as_object().cloned().unwrap()
+}
+
+fn f(field: &str, value: &str) -> Filter {
+    Filter::new(vec![(field.into(), value.into())])
+}
+
+fn jfk() -> Record {
+    rec(json!({"icao": "KJFK", "iata": "JFK", "lid": "JFK", "name": "John F Kennedy International Airport", "elevation": 13}))
+}
+
+#[tokio::test]
+async fn insert_is_found_by_every_identifier() {
+    let c = open().await;
+    let w = c.insert(jfk(), true).await.unwrap();
+    assert!(w.applied);
+    assert_eq!(c.wal_state(&w.id).await.unwrap(), WalState::Applied);
+    for (field, value) in [("icao", "KJFK"), ("iata", "jfk"), ("lid", "JFK")] {
+        let page = c.query(&f(field, value), 10, None).await.unwrap();
+        assert_eq!(page.records.len(), 1, "{field}");
+        assert_eq!(page.records[0].record, jfk());
+    }
+    let both = Filter::new(vec![("icao".into(), "kjfk".into()), ("iata".into(), "LGA".into())]);
+    assert!(c.query(&both, 10, None).await.unwrap().records.is_empty());
+    assert!(matches!(c.insert(jfk(), true).await, Err(Error::Conflict(_))));
+    let status = c.status().await.unwrap();
+    assert_eq!((status.pending, status.poison), (0, 0));
+}
+
+#[tokio::test]
+async fn acknowledged_writes_apply_later_and_delete_follows_unapplied_insert() {
+    let c = open().await;
+    let a = c.upsert(jfk(), false).await.unwrap();
+    assert_eq!(c.wal_state(&a.id).await.unwrap(), WalState::Pending);
+    c.delete(f("iata", "JFK"), false).await.unwrap();
+    assert_eq!(c.status().await.unwrap().pending, 2);
+    c.recover().await.unwrap();
+    for (field, value) in [("icao", "KJFK"), ("iata", "JFK"), ("lid", "JFK")] {
+        assert!(c.query(&f(field, value), 10, None).await.unwrap().records.is_empty(), "{field}");
+    }
+    assert_eq!(c.status().await.unwrap().pending, 0);
+}
+
+#[tokio::test]
+async fn replace_moves_a_record_between_index_values() {
+    let c = open().await;
+    c.upsert(jfk(), true).await.unwrap();
+    let mut moved = jfk();
+    moved.insert("iata".into(), json!("JFX"));
+    c.replace(f("icao", "KJFK"), moved.clone(), true).await.unwrap();
+    assert!(c.query(&f("iata", "JFK"), 10, None).await.unwrap().records.is_empty());
+    for (field, value) in [("icao", "KJFK"), ("iata", "JFX"), ("lid", "JFK")] {
+        let page = c.query(&f(field, value), 10, None).await.unwrap();
+        assert_eq!(page.records.iter().map(|r| &r.record).collect::<Vec<_>>(), vec![&moved], "{field}");
+    }
+}
+
+#[tokio::test]
+async fn sparse_identifiers_get_no_row_and_ranges_page() {
+    let c = open().await;
+    let mut recs = Vec::new();
+    for i in 0..25 {
+        recs.push(rec(json!({"icao": format!("X{i:03}"), "iata": "", "lid": "SHARED", "name": format!("Field {i:02}")})));
+    }
+    let results = c.upsert_many(recs, true).await.unwrap();
+    assert!(results.iter().all(|r| r.is_ok()));
+    assert!(c.query(&f("iata", ""), 10, None).await.is_err(), "an empty value is not a query");
+    let rows = c.store().scan(&c.names().table, 1000, None).await.unwrap().entities;
+    assert_eq!(rows.len(), 50, "two rows per record: icao and lid");
+    assert!(rows.iter().all(|e| !e.partition_key.starts_with("4_iata")), "no IATA rows");
+    let mut all = Vec::new();
+    let mut token = None;
+    loop {
+        let page = c.query(&f("lid", "shared"), 7, token.as_deref()).await.unwrap();
+        all.extend(page.records.into_iter().map(|r| r.record["name"].as_str().unwrap().to_string()));
+        match page.continuation {
+            Some(t) => token = Some(t),
+            None => break,
+        }
+    }
+    assert_eq!(all.len(), 25);
+    let ranged = c.query(&f("lid", "shared").range(Some("field 10".into()), Some("Field 14".into())), 100, None).await.unwrap();
+    assert_eq!(ranged.records.len(), 5);
+}
+
+#[tokio::test]
+async fn bad_input_is_rejected_and_writes_nothing() {
+    let c = open().await;
+    let cases = [
+        (json!({"icao": "K"}), "row-key field 'name'"),
+        (json!({"name": "x", "iata": ""}), "no value for any index field"),
+        (json!({"name": "x", "icao": "k".repeat(600)}), "limit is 512"),
+        (json!({"name": "x", "icao": "K", "PartitionKey": "p"}), "reserved"),
+        (json!({"name": "x", "icao": "K", "_tc": 1}), "reserved"),
+        (json!({"name": "x", "icao": "K", "a-b": 1}), "not a valid property name"),
+        (json!({"name": "x", "icao": "K", "big": "x".repeat(300_000)}), "limit is 32768"),
+    ];
+    for (r, why) in cases {
+        let err = c.upsert(rec(r), false).await.unwrap_err().to_string();
+        assert!(err.contains(why), "{why}: {err}");
+    }
+    let err = c.query(&f("name", "x"), 10, None).await.unwrap_err().to_string();
+    assert!(err.contains("'name' is not an index field"), "{err}");
+    assert_eq!(c.status().await.unwrap().pending, 0, "nothing was logged");
+}
+
+#[tokio::test]
+async fn queue_intents_are_logged_once_and_bad_ones_poisoned() {
+    use table_catalog::catalog::MessageOutcome;
+    let c = open().await;
+    let intent = json!({"v": 1, "op": "insert", "record": jfk()}).to_string();
+    let first = c.process_message(&intent, "msg-1", 1).await.unwrap();
+    let again = c.process_message(&intent, "msg-1", 2).await.unwrap();
+    assert_eq!(first, again, "a redelivered intent maps to the same WAL entry");
+    assert_eq!(c.query(&f("iata", "JFK"), 10, None).await.unwrap().records.len(), 1);
+    let out = c.process_message("{not json", "msg-2", 1).await.unwrap();
+    assert!(matches!(out, MessageOutcome::Poisoned { reason } if reason.contains("not valid JSON")));
+    let bad = json!({"v": 1, "op": "insert", "record": {"icao": "K"}}).to_string();
+    assert!(matches!(c.process_message(&bad, "msg-3", 1).await.unwrap(), MessageOutcome::Poisoned { .. }));
+    assert_eq!(c.status().await.unwrap().poison, 2);
+}
+
+#[tokio::test]
+async fn schema_mismatch_is_reported() {
+    let store = Arc::new(LocalStore::in_memory().unwrap());
+    let names = Names::new("cat", None, None).unwrap();
+    let s1 = Schema::new(vec!["a".into()], "b").unwrap();
+    Catalog::open(store.clone(), names.clone(), s1, CatalogOptions::default()).await.unwrap();
+    let s2 = Schema::new(vec!["a".into(), "c".into()], "b").unwrap();
+    let err = Catalog::open(store, names, s2, CatalogOptions::default()).await.unwrap_err();
+    assert!(matches!(err, Error::SchemaMismatch(ref m) if m.contains("[a]")), "{err}");
+}
