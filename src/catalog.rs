@@ -107,6 +107,8 @@ pub struct Catalog {
     wal: Wal,
     names: Names,
     opts: CatalogOptions,
+    /// Wakes an in-process queue worker when this process logged work.
+    work: tokio::sync::Notify,
 }
 
 impl std::fmt::Debug for Catalog {
@@ -123,7 +125,7 @@ impl Catalog {
         wal.init().await?;
         store.create_queue(&names.queue).await?;
         store.create_queue(&names.poison_queue).await?;
-        Ok(Catalog { store, wal, names, opts })
+        Ok(Catalog { store, wal, names, opts, work: tokio::sync::Notify::new() })
     }
 
     /// The schema.
@@ -242,7 +244,13 @@ impl Catalog {
         if let Err(e) = self.store.put_message(&self.names.queue, &text, Duration::ZERO).await {
             tracing::warn!(wal_id = %id, error = %e, "could not enqueue the apply hint; the sweeper will apply the entry");
         }
+        self.work.notify_one();
         Ok(())
+    }
+
+    /// Notified when this process enqueued work (lets an in-process worker skip polling).
+    pub fn work_signal(&self) -> &tokio::sync::Notify {
+        &self.work
     }
 
     /// Blocks until entry `id` is applied, applying it here when no other applier holds the

@@ -19,3 +19,7 @@ pub mod config;
 pub mod messages;
 pub use catalog::{Catalog, CatalogOptions};
 pub use config::Config;
+pub mod http;
+pub mod server;
+pub mod import;
+pub mod verify;

@@ -23,6 +23,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use futures::{StreamExt, TryStreamExt};
 
+
 use super::lease::Lease;
 use super::{Op, Wal, WalEntry, WalId, DEAD, SHARD, TOMBSTONES};
 use crate::error::{Error, Result};
@@ -239,43 +240,50 @@ impl Wal {
     }
 
     async fn write_rows(&self, rows: Vec<(String, String, &WalId, RowWrite<'_>)>) -> Result<()> {
-        futures::stream::iter(rows)
-            .map(|(pk, rk, id, write)| async move {
-                self.put_row(pk, rk, id, write).await?;
-                faults::point("after_fanout_row")
+        // Build owned entities first: the futures then borrow only `self`.
+        let futures: Vec<_> = rows
+            .into_iter()
+            .map(|(pk, rk, id, write)| {
+                let properties = match write {
+                    RowWrite::Live(r) => record::to_properties(r, id.as_str()),
+                    RowWrite::Tombstone(r) => record::tombstone_properties(r, id.as_str()),
+                };
+                self.put_row(Entity { partition_key: pk, row_key: rk, etag: None, properties }, id.to_string())
             })
+            .collect();
+        futures::stream::iter(futures)
             .buffer_unordered(self.opts.apply_concurrency.max(1))
             .try_collect::<Vec<()>>()
             .await
             .map(|_| ())
     }
 
-    /// Writes one catalog row unless it already carries this id or a larger one.
-    async fn put_row(&self, pk: String, rk: String, id: &WalId, write: RowWrite<'_>) -> Result<()> {
-        let properties = match write {
-            RowWrite::Live(r) => record::to_properties(r, id.as_str()),
-            RowWrite::Tombstone(r) => record::tombstone_properties(r, id.as_str()),
-        };
-        let entity = Entity { partition_key: pk, row_key: rk, etag: None, properties };
+    /// Writes one catalog row unless it already carries entry `id` or a larger one.
+    async fn put_row(&self, entity: Entity, id: String) -> Result<()> {
+        self.put_row_fenced(&entity, &id).await?;
+        faults::point("after_fanout_row")
+    }
+
+    async fn put_row_fenced(&self, entity: &Entity, id: &str) -> Result<()> {
         let table = &self.catalog_table;
-        match self.store.insert(table, &entity).await {
+        match self.store.insert(table, entity).await {
             Ok(_) => return Ok(()),
             Err(StoreError::AlreadyExists(_)) => {}
             Err(e) => return Err(e.into()),
         }
         loop {
             let Some(current) = self.store.get(table, &entity.partition_key, &entity.row_key).await? else {
-                match self.store.insert(table, &entity).await {
+                match self.store.insert(table, entity).await {
                     Ok(_) => return Ok(()),
                     Err(StoreError::AlreadyExists(_)) => continue,
                     Err(e) => return Err(e.into()),
                 }
             };
-            if RowMeta::of(&current).wal_id.as_str() >= id.as_str() {
+            if RowMeta::of(&current).wal_id.as_str() >= id {
                 return Ok(()); // written by this entry already, or by a newer one
             }
             let tag = current.etag.clone().ok_or_else(|| Error::Store(StoreError::Other("row read without an ETag".into())))?;
-            match self.store.replace(table, &entity, &IfMatch::Etag(tag)).await {
+            match self.store.replace(table, entity, &IfMatch::Etag(tag)).await {
                 Ok(_) => return Ok(()),
                 Err(StoreError::PreconditionFailed(_) | StoreError::NotFound(_)) => continue,
                 Err(e) => return Err(e.into()),

@@ -1,0 +1,99 @@
+//! `bench lookups`: latency of lookups by one identifier against a running server.
+//! Numbers go to docs/BENCHMARKS.md; nothing here asserts on time.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use futures::StreamExt;
+use rand::seq::SliceRandom;
+use rand::SeedableRng;
+use table_catalog::import::{self, Format};
+use table_catalog::schema::Schema;
+
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    /// Base URL of a running `serve` (or handler).
+    #[arg(long, default_value = "http://127.0.0.1:7071")]
+    url: String,
+    /// File whose identifiers to look up (the file that was imported).
+    #[arg(long)]
+    file: PathBuf,
+    /// Identifier field to look up by.
+    #[arg(long, default_value = "icao")]
+    field: String,
+    /// Number of lookups.
+    #[arg(long, default_value_t = 5000)]
+    requests: usize,
+    /// Lookups in flight at once.
+    #[arg(long, default_value_t = 1)]
+    concurrency: usize,
+    /// Seed of the lookup order.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> f64 {
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted.get(i).map_or(0.0, |d| d.as_secs_f64() * 1000.0)
+}
+
+pub async fn run(args: BenchArgs) -> Result<()> {
+    let schema = Schema::new(vec![args.field.clone()], "_unused_")?;
+    let rows = import::read_file(&args.file, Format::from_path(&args.file), &schema)?;
+    let mut values: Vec<String> = rows
+        .into_iter()
+        .flatten()
+        .filter_map(|r| r.get(&args.field).and_then(table_catalog::keys::key_string).filter(|v| !v.is_empty()))
+        .collect();
+    if values.is_empty() {
+        bail!("no values of '{}' in {}", args.field, args.file.display());
+    }
+    let mut rng = rand::rngs::StdRng::seed_from_u64(args.seed);
+    values.shuffle(&mut rng);
+    let client = reqwest::Client::new();
+    let targets: Vec<String> = (0..args.requests).map(|i| values[i % values.len()].clone()).collect();
+    let started = Instant::now();
+    let results: Vec<Result<(Duration, bool)>> = futures::stream::iter(targets)
+        .map(|v| {
+            let client = client.clone();
+            let url = format!("{}/api/records", args.url.trim_end_matches('/'));
+            let field = args.field.clone();
+            async move {
+                let t = Instant::now();
+                let resp = client.get(&url).query(&[(field.as_str(), v.as_str())]).send().await.context("request")?;
+                let status = resp.status();
+                let body: serde_json::Value = resp.json().await.context("response body")?;
+                let found = status.is_success() && body["records"].as_array().is_some_and(|a| !a.is_empty());
+                Ok((t.elapsed(), found))
+            }
+        })
+        .buffer_unordered(args.concurrency.max(1))
+        .collect()
+        .await;
+    let total = started.elapsed();
+    let mut latencies = Vec::with_capacity(results.len());
+    let mut misses = 0;
+    for r in results {
+        let (d, found) = r?;
+        latencies.push(d);
+        misses += usize::from(!found);
+    }
+    latencies.sort();
+    println!(
+        "{}",
+        serde_json::json!({
+            "lookups": latencies.len(),
+            "field": args.field,
+            "concurrency": args.concurrency,
+            "not_found": misses,
+            "p50_ms": percentile(&latencies, 0.50),
+            "p90_ms": percentile(&latencies, 0.90),
+            "p99_ms": percentile(&latencies, 0.99),
+            "max_ms": percentile(&latencies, 1.0),
+            "lookups_per_s": latencies.len() as f64 / total.as_secs_f64(),
+        })
+    );
+    Ok(())
+}

@@ -1,0 +1,167 @@
+//! One function per command.
+
+use std::path::Path;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use indicatif::{ProgressBar, ProgressStyle};
+use serde_json::Value;
+use table_catalog::catalog::Catalog;
+use table_catalog::import::{self, Format};
+use table_catalog::query::Filter;
+use table_catalog::server::{self, ServeOptions};
+use table_catalog::settings;
+use table_catalog::wal::apply::DrainOutcome;
+
+use super::{Cli, Command, FormatArg};
+
+pub async fn run(cli: Cli) -> Result<ExitCode> {
+    let config = cli.catalog.config();
+    let catalog = Arc::new(config.open().await.context("opening the catalog")?);
+    match cli.command {
+        Command::Serve { listen, import, sweep_interval } => {
+            if let Some(file) = import {
+                import_file(&catalog, &file, None, import::DEFAULT_BATCH, false).await?;
+            }
+            let listener = tokio::net::TcpListener::bind(&listen).await.with_context(|| format!("binding {listen}"))?;
+            let names = catalog.names();
+            tracing::info!(address = %listen, table = %names.table, wal = %names.wal_table, queue = %names.queue, backend = ?config.backend, "serving");
+            eprintln!("table-catalog listening on http://{listen} (catalog '{}'); Ctrl-C to stop", names.table);
+            let opts = ServeOptions { sweep_interval: Duration::from_secs(sweep_interval.max(1)), ..ServeOptions::default() };
+            server::serve(catalog, listener, opts, server::shutdown_signal()).await?;
+        }
+        Command::Handler => {
+            let port = std::env::var(settings::CUSTOMHANDLER_PORT)
+                .with_context(|| format!("{} is not set (the Functions host sets it)", settings::CUSTOMHANDLER_PORT))?;
+            let port: u16 = port.trim().parse().with_context(|| format!("{}: '{port}' is not a port", settings::CUSTOMHANDLER_PORT))?;
+            let listener = tokio::net::TcpListener::bind(("127.0.0.1", port)).await.with_context(|| format!("binding 127.0.0.1:{port}"))?;
+            tracing::info!(port, "custom handler listening");
+            let app = table_catalog::functions::handler_router(catalog);
+            axum::serve(listener, app).with_graceful_shutdown(server::shutdown_signal()).await?;
+        }
+        Command::Import { file, batch, format, no_apply } => {
+            let format = format.map(|f| match f {
+                FormatArg::Csv => Format::Csv,
+                FormatArg::Jsonl => Format::JsonLines,
+            });
+            let summary = import_file(&catalog, &file, format, batch, no_apply).await?;
+            if summary.logged == 0 && summary.read > 0 {
+                return Ok(ExitCode::FAILURE);
+            }
+        }
+        Command::Query { filters, row_from, row_to, limit } => {
+            let filter = parse_filters(&filters)?.range(row_from, row_to);
+            let mut token: Option<String> = None;
+            let mut printed = 0;
+            while printed < limit {
+                let page = catalog.query(&filter, (limit - printed).min(1000), token.as_deref()).await?;
+                for r in page.records {
+                    println!("{}", Value::Object(r.record));
+                    printed += 1;
+                }
+                match page.continuation {
+                    Some(t) => token = Some(t),
+                    None => break,
+                }
+            }
+            if printed == 0 {
+                eprintln!("no records match");
+            }
+        }
+        Command::Insert { json, upsert } => {
+            let record = match serde_json::from_str::<Value>(&json).context("the record is not valid JSON")? {
+                Value::Object(r) => r,
+                _ => bail!("the record must be a JSON object"),
+            };
+            let w = if upsert { catalog.upsert(record, true).await? } else { catalog.insert(record, true).await? };
+            println!("{}", serde_json::to_string(&w)?);
+        }
+        Command::Delete { filters, row_from, row_to } => {
+            let w = catalog.delete(parse_filters(&filters)?.range(row_from, row_to), true).await?;
+            println!("{}", serde_json::to_string(&w)?);
+        }
+        Command::Recover => match catalog.recover().await? {
+            DrainOutcome::Drained { applied } => println!("{{\"applied\":{applied}}}"),
+            DrainOutcome::Busy => eprintln!("another applier holds the WAL lease; it will apply the pending entries"),
+        },
+        Command::Status => println!("{}", serde_json::to_string(&catalog.status().await?)?),
+        Command::Sweep => println!("{}", serde_json::to_string(&catalog.sweep().await?)?),
+        Command::Verify => {
+            let pending = catalog.status().await?.pending;
+            if pending > 0 {
+                eprintln!("warning: {pending} WAL entries are pending; run `recover` first for a meaningful check");
+            }
+            let report = table_catalog::verify::verify(catalog.store().as_ref(), &catalog.names().table, catalog.schema()).await?;
+            println!("{}", serde_json::to_string(&report)?);
+            if !report.ok() {
+                return Ok(ExitCode::from(3));
+            }
+        }
+        Command::Bench(args) => super::bench::run(args).await?,
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn parse_filters(filters: &[String]) -> Result<Filter> {
+    let mut fields = Vec::new();
+    for f in filters {
+        let (k, v) = f.split_once('=').with_context(|| format!("filter '{f}': expected field=value"))?;
+        fields.push((k.to_string(), v.to_string()));
+    }
+    Ok(Filter::new(fields))
+}
+
+/// Imports a file, applying as it goes (unless `no_apply`), with a progress bar and a summary.
+async fn import_file(catalog: &Arc<Catalog>, file: &Path, format: Option<Format>, batch: usize, no_apply: bool) -> Result<import::Summary> {
+    let started = Instant::now();
+    let format = format.unwrap_or_else(|| Format::from_path(file));
+    let rows = import::read_file(file, format, catalog.schema())?;
+    let bar = ProgressBar::new(rows.len() as u64);
+    bar.set_style(
+        ProgressStyle::with_template("{spinner} importing [{bar:40}] {pos}/{len} records ({per_sec}, eta {eta})")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let worker = (!no_apply).then(|| tokio::spawn(server::run_worker(catalog.clone(), ServeOptions::default(), stop_rx)));
+    let summary = import::import_rows(catalog, rows, batch, |done| bar.set_position(done as u64)).await;
+    bar.finish_and_clear();
+    let _ = stop_tx.send(true);
+    if let Some(w) = worker {
+        let _ = w.await;
+    }
+    let summary = summary?;
+    let mut applied_note = "logged; apply pending (run `serve` or `recover`)".to_string();
+    if !no_apply {
+        let deadline = Instant::now() + Duration::from_secs(600);
+        loop {
+            catalog.recover().await?;
+            if catalog.status().await?.pending == 0 {
+                break;
+            }
+            if Instant::now() > deadline {
+                bail!("the WAL did not drain within 10 minutes; another applier may be stuck (see `status`)");
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        applied_note = "applied to every index".to_string();
+    }
+    let secs = started.elapsed().as_secs_f64();
+    eprintln!(
+        "imported {} of {} records from {} in {secs:.2} s ({:.0} records/s), {}; {} rejected",
+        summary.logged,
+        summary.read,
+        file.display(),
+        summary.logged as f64 / secs.max(1e-9),
+        applied_note,
+        summary.rejected.len()
+    );
+    for r in summary.rejected.iter().take(20) {
+        eprintln!("  row {}: {}", r.row, r.reason);
+    }
+    if summary.rejected.len() > 20 {
+        eprintln!("  ... and {} more", summary.rejected.len() - 20);
+    }
+    Ok(summary)
+}

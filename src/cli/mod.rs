@@ -1,0 +1,179 @@
+//! Command-line interface: arguments (clap), then one function per command. Settings come
+//! from flags, falling back to the environment variables listed in `--help`.
+
+mod bench;
+mod commands;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Result;
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use table_catalog::config::{Backend, Config};
+use table_catalog::schema::Schema;
+use table_catalog::store::local::Durability;
+
+/// TableCatalog: look records up by any of their identifiers, on Azure Table Storage or an
+/// embedded store, with crash-safe multi-index writes.
+#[derive(Debug, Parser)]
+#[command(name = "table-catalog", version, about)]
+pub struct Cli {
+    #[command(flatten)]
+    pub catalog: CatalogArgs,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Which catalog, and where. The storage connection string is read from
+/// AZURE_STORAGE_CONNECTION_STRING (or AzureWebJobsStorage) only, never from a flag, so it
+/// does not show in process listings; without one the embedded store is used.
+#[derive(Debug, Args)]
+pub struct CatalogArgs {
+    /// Catalog table name.
+    #[arg(long, env = "TABLE_CATALOG_NAME", default_value = "catalog", global = true)]
+    pub name: String,
+    /// Indexed fields, comma-separated (e.g. icao,iata,lid). Optional once the catalog exists.
+    #[arg(long, env = "TABLE_CATALOG_INDEX_KEYS", global = true)]
+    pub index_keys: Option<String>,
+    /// The field that starts the RowKey (sort order). Optional once the catalog exists.
+    #[arg(long, env = "TABLE_CATALOG_ROW_KEY", global = true)]
+    pub row_key: Option<String>,
+    /// WAL table name [default: {name}wal].
+    #[arg(long, env = "TABLE_CATALOG_WAL_NAME", global = true)]
+    pub wal_name: Option<String>,
+    /// Apply queue name [default: {name}-apply].
+    #[arg(long, env = "TABLE_CATALOG_QUEUE", global = true)]
+    pub queue: Option<String>,
+    /// Folder of the embedded store.
+    #[arg(long, env = "TABLE_CATALOG_LOCAL_PATH", default_value = ".table-catalog", global = true)]
+    pub local_path: PathBuf,
+    /// Embedded store durability: `full` fsyncs every commit, `process` survives a killed
+    /// process but not an OS crash.
+    #[arg(long, value_enum, default_value = "full", global = true)]
+    pub durability: DurabilityArg,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum DurabilityArg {
+    Full,
+    Process,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the whole system: HTTP API, queue worker and sweeper.
+    Serve {
+        /// Address to listen on.
+        #[arg(long, env = "TABLE_CATALOG_LISTEN", default_value = "127.0.0.1:7071")]
+        listen: String,
+        /// Import this file (CSV or JSON lines) before serving.
+        #[arg(long)]
+        import: Option<PathBuf>,
+        /// Seconds between sweeps.
+        #[arg(long, default_value_t = 30)]
+        sweep_interval: u64,
+    },
+    /// Run as an Azure Functions custom handler on 127.0.0.1:$FUNCTIONS_CUSTOMHANDLER_PORT.
+    Handler,
+    /// Import a CSV (with header) or JSON-lines file through the batch write path.
+    Import {
+        /// The file.
+        #[arg(long)]
+        file: PathBuf,
+        /// Records per WAL append.
+        #[arg(long, default_value_t = table_catalog::import::DEFAULT_BATCH)]
+        batch: usize,
+        /// Input format [default: from the file extension].
+        #[arg(long, value_enum)]
+        format: Option<FormatArg>,
+        /// Log only; leave applying to a running `serve` or to the sweeper.
+        #[arg(long)]
+        no_apply: bool,
+    },
+    /// Print the records matching field=value filters, one JSON object per line.
+    Query {
+        /// Filters, e.g. icao=KJFK (all must match).
+        #[arg(required = true)]
+        filters: Vec<String>,
+        /// Smallest sort value.
+        #[arg(long)]
+        row_from: Option<String>,
+        /// Largest sort value.
+        #[arg(long)]
+        row_to: Option<String>,
+        /// Most records to print.
+        #[arg(long, default_value_t = 1000)]
+        limit: usize,
+    },
+    /// Insert one record (a JSON object) and apply it.
+    Insert {
+        /// The record as JSON.
+        json: String,
+        /// Overwrite a record with the same identity.
+        #[arg(long)]
+        upsert: bool,
+    },
+    /// Delete the records matching field=value filters and apply it.
+    Delete {
+        /// Filters, e.g. iata=JFK.
+        #[arg(required = true)]
+        filters: Vec<String>,
+        /// Smallest sort value.
+        #[arg(long)]
+        row_from: Option<String>,
+        /// Largest sort value.
+        #[arg(long)]
+        row_to: Option<String>,
+    },
+    /// Apply every pending WAL entry now.
+    Recover,
+    /// Print pending entries, oldest pending age, checkpoint and poison count (JSON).
+    Status,
+    /// Run one sweep and print its report (JSON).
+    Sweep,
+    /// Walk the whole catalog table and check that every record's index rows agree.
+    Verify,
+    /// Measure lookup latency against a running server (see docs/BENCHMARKS.md).
+    Bench(bench::BenchArgs),
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum FormatArg {
+    Csv,
+    Jsonl,
+}
+
+/// Logs to stderr; `RUST_LOG` overrides the default level (info for servers, warn otherwise).
+pub fn init_logging(command: &Command) {
+    let default = match command {
+        Command::Serve { .. } | Command::Handler => "info",
+        _ => "warn",
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
+}
+
+impl CatalogArgs {
+    /// The catalog configuration: flags over environment.
+    pub fn config(&self) -> Config {
+        let mut c = Config::from_env();
+        c.name = self.name.clone();
+        c.index_keys = self.index_keys.as_deref().map(Schema::parse_list);
+        c.row_key = self.row_key.clone();
+        c.wal_name = self.wal_name.clone();
+        c.queue = self.queue.clone();
+        if let Backend::Local(_) = c.backend {
+            c.backend = Backend::Local(self.local_path.clone());
+        }
+        c.durability = match self.durability {
+            DurabilityArg::Full => Durability::Full,
+            DurabilityArg::Process => Durability::Process,
+        };
+        c
+    }
+}
+
+/// Runs the command.
+pub async fn run(cli: Cli) -> Result<ExitCode> {
+    commands::run(cli).await
+}

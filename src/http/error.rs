@@ -1,0 +1,70 @@
+//! API errors: `{"error": {"code", "message"}}` with the HTTP status the failure calls for.
+//! Client mistakes get their message; internal failures get a generic one (details go to
+//! the log), and no message ever carries credentials.
+
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde_json::json;
+
+use crate::error::Error;
+
+/// An error answered over HTTP.
+#[derive(Debug)]
+pub struct ApiError {
+    /// HTTP status.
+    pub status: StatusCode,
+    /// Stable machine-readable code.
+    pub code: &'static str,
+    /// Human-readable message.
+    pub message: String,
+}
+
+impl ApiError {
+    /// A 400 with this message.
+    pub fn bad_request(message: impl Into<String>) -> ApiError {
+        ApiError { status: StatusCode::BAD_REQUEST, code: "invalid_input", message: message.into() }
+    }
+
+    /// A 415 for a body that is not JSON.
+    pub fn unsupported_media_type(got: &str) -> ApiError {
+        ApiError {
+            status: StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            code: "unsupported_media_type",
+            message: format!("content type '{got}' is not supported; send application/json (or application/x-ndjson for batches)"),
+        }
+    }
+
+    /// A 413 for a body over `limit` bytes.
+    pub fn too_large(limit: usize) -> ApiError {
+        ApiError { status: StatusCode::PAYLOAD_TOO_LARGE, code: "too_large", message: format!("request body is over the limit of {limit} bytes") }
+    }
+}
+
+impl From<Error> for ApiError {
+    fn from(e: Error) -> ApiError {
+        let (status, code) = match &e {
+            Error::Invalid(_) => (StatusCode::BAD_REQUEST, "invalid_input"),
+            Error::TooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, "too_large"),
+            Error::NotFound(_) => (StatusCode::NOT_FOUND, "not_found"),
+            Error::Conflict(_) => (StatusCode::CONFLICT, "conflict"),
+            Error::SchemaMismatch(_) => (StatusCode::CONFLICT, "schema_mismatch"),
+            Error::Timeout(_) => (StatusCode::GATEWAY_TIMEOUT, "timeout"),
+            Error::Store(s) if s.is_transient() => (StatusCode::SERVICE_UNAVAILABLE, "storage_unavailable"),
+            _ => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
+        };
+        let message = if status == StatusCode::INTERNAL_SERVER_ERROR {
+            tracing::error!(error = %e, "request failed");
+            "internal error; see the server log".to_string()
+        } else {
+            e.to_string()
+        };
+        ApiError { status, code, message }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        (self.status, Json(json!({"error": {"code": self.code, "message": self.message}}))).into_response()
+    }
+}

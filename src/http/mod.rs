@@ -1,0 +1,253 @@
+//! The HTTP API (axum), shared by `serve` and the Functions `handler` (the host forwards
+//! HTTP requests unchanged, with the `/api` route prefix).
+//!
+//! | route | does |
+//! |---|---|
+//! | `POST /api/records[?wait=true][&upsert=true]` | insert one record (body: JSON object); 202, or 201 when applied (`wait`) |
+//! | `PUT /api/records?field=value[&row_from=..&row_to=..][&wait=true]` | replace the matching records with the body; without a filter, upsert |
+//! | `GET /api/records?field=value[&field2=value2][&row_from&row_to][&limit&continuation]` | `{records, continuation}` |
+//! | `DELETE /api/records?field=value[&row_from&row_to][&wait=true]` | delete the matching records; 202 `{id}` |
+//! | `POST /api/records/batch[?wait=true]` | upsert a JSON array or JSON lines; one result per input |
+//! | `GET /api/wal/{id}` | `{id, state: pending|applied}` |
+//! | `GET /api/health`, `GET /api/status` | liveness; pending / oldest age / checkpoint / poison |
+//!
+//! Errors are `{"error": {"code", "message"}}`: 400 bad input, 404, 409, 413 too large,
+//! 415 not JSON, 503 storage unavailable, 504 `wait` timed out (the write stays durable).
+
+pub mod error;
+
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{DefaultBodyLimit, Path, RawQuery, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde_json::{json, Value as Json_};
+
+pub use error::ApiError;
+
+use crate::catalog::{Catalog, Written};
+use crate::query::Filter;
+use crate::record::Record;
+
+/// Largest body of a single-record request, in bytes.
+pub const MAX_RECORD_BODY: usize = 1024 * 1024;
+/// Largest body of a batch request, in bytes.
+pub const MAX_BATCH_BODY: usize = 32 * 1024 * 1024;
+/// Default page size of `GET /api/records`.
+pub const DEFAULT_LIMIT: usize = 100;
+
+/// Query parameters that are not filter fields. `code` is the Functions key.
+const RESERVED: [&str; 7] = ["wait", "limit", "continuation", "row_from", "row_to", "upsert", "code"];
+
+/// Shared state of the handlers.
+pub type AppState = Arc<Catalog>;
+
+/// The API routes.
+pub fn router(catalog: AppState) -> Router {
+    Router::new()
+        .route("/", get(|| async { "table-catalog" }))
+        .route(
+            "/api/records",
+            post(insert_record).put(replace_records).get(query_records).delete(delete_records).layer(DefaultBodyLimit::max(MAX_RECORD_BODY)),
+        )
+        .route("/api/records/batch", post(batch).layer(DefaultBodyLimit::max(MAX_BATCH_BODY)))
+        .route("/api/wal/{id}", get(wal_state))
+        .route("/api/health", get(|| async { Json(json!({"status": "ok"})) }))
+        .route("/api/status", get(status))
+        .with_state(catalog)
+}
+
+/// Parsed query string.
+#[derive(Debug, Default)]
+struct Params {
+    fields: Vec<(String, String)>,
+    wait: bool,
+    upsert: bool,
+    limit: Option<String>,
+    continuation: Option<String>,
+    row_from: Option<String>,
+    row_to: Option<String>,
+}
+
+fn flag(name: &str, v: &str) -> Result<bool, ApiError> {
+    match v {
+        "" | "true" | "1" => Ok(true),
+        "false" | "0" => Ok(false),
+        _ => Err(ApiError::bad_request(format!("{name}: expected true or false, got '{v}'"))),
+    }
+}
+
+fn params(raw: Option<String>) -> Result<Params, ApiError> {
+    let mut p = Params::default();
+    for (k, v) in form_urlencoded::parse(raw.unwrap_or_default().as_bytes()) {
+        let (k, v) = (k.into_owned(), v.into_owned());
+        match k.as_str() {
+            "wait" => p.wait = flag("wait", &v)?,
+            "upsert" => p.upsert = flag("upsert", &v)?,
+            "limit" => p.limit = Some(v),
+            "continuation" => p.continuation = Some(v),
+            "row_from" => p.row_from = Some(v),
+            "row_to" => p.row_to = Some(v),
+            _ if RESERVED.contains(&k.as_str()) => {}
+            _ => p.fields.push((k, v)),
+        }
+    }
+    Ok(p)
+}
+
+impl Params {
+    fn filter(&self) -> Filter {
+        Filter::new(self.fields.clone()).range(self.row_from.clone(), self.row_to.clone())
+    }
+}
+
+fn content_type(headers: &HeaderMap) -> String {
+    headers.get("content-type").and_then(|v| v.to_str().ok()).unwrap_or("").to_ascii_lowercase()
+}
+
+fn body_bytes(body: Result<Bytes, BytesRejection>, limit: usize) -> Result<Bytes, ApiError> {
+    body.map_err(|r| if r.status() == StatusCode::PAYLOAD_TOO_LARGE { ApiError::too_large(limit) } else { ApiError::bad_request(r.body_text()) })
+}
+
+/// The JSON object in a single-record body.
+fn record_body(headers: &HeaderMap, body: Result<Bytes, BytesRejection>) -> Result<Record, ApiError> {
+    let ct = content_type(headers);
+    if !ct.starts_with("application/json") {
+        return Err(ApiError::unsupported_media_type(&ct));
+    }
+    let bytes = body_bytes(body, MAX_RECORD_BODY)?;
+    match serde_json::from_slice::<Json_>(&bytes) {
+        Ok(Json_::Object(r)) => Ok(r),
+        Ok(_) => Err(ApiError::bad_request("body: a record must be a JSON object")),
+        Err(e) => Err(ApiError::bad_request(format!("body: invalid JSON: {e}"))),
+    }
+}
+
+fn written(w: Written) -> Response {
+    let status = if w.applied { StatusCode::CREATED } else { StatusCode::ACCEPTED };
+    (status, Json(w)).into_response()
+}
+
+async fn insert_record(
+    State(c): State<AppState>,
+    RawQuery(q): RawQuery,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let p = params(q)?;
+    let record = record_body(&headers, body)?;
+    if !p.fields.is_empty() {
+        return Err(ApiError::bad_request("POST /api/records takes no filter; use PUT to replace matching records"));
+    }
+    let w = if p.upsert { c.upsert(record, p.wait).await? } else { c.insert(record, p.wait).await? };
+    Ok(written(w))
+}
+
+async fn replace_records(
+    State(c): State<AppState>,
+    RawQuery(q): RawQuery,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let p = params(q)?;
+    let record = record_body(&headers, body)?;
+    let w = if p.fields.is_empty() { c.upsert(record, p.wait).await? } else { c.replace(p.filter(), record, p.wait).await? };
+    Ok(written(w))
+}
+
+async fn query_records(State(c): State<AppState>, RawQuery(q): RawQuery) -> Result<Response, ApiError> {
+    let p = params(q)?;
+    let limit = match &p.limit {
+        None => DEFAULT_LIMIT,
+        Some(l) => l.parse().map_err(|_| ApiError::bad_request(format!("limit: '{l}' is not a number (1..=1000)")))?,
+    };
+    let page = c.query(&p.filter(), limit, p.continuation.as_deref()).await?;
+    let records: Vec<Record> = page.records.into_iter().map(|f| f.record).collect();
+    Ok(Json(json!({"records": records, "continuation": page.continuation})).into_response())
+}
+
+async fn delete_records(State(c): State<AppState>, RawQuery(q): RawQuery) -> Result<Response, ApiError> {
+    let p = params(q)?;
+    Ok(written(c.delete(p.filter(), p.wait).await?))
+}
+
+/// Splits a batch body into items: a JSON array, or JSON lines.
+fn batch_items(ct: &str, bytes: &[u8]) -> Result<Vec<Result<Record, ApiError>>, ApiError> {
+    let item = |v: Json_| match v {
+        Json_::Object(r) => Ok(r),
+        _ => Err(ApiError::bad_request("a record must be a JSON object")),
+    };
+    if ct.starts_with("application/json") {
+        match serde_json::from_slice::<Json_>(bytes) {
+            Ok(Json_::Array(items)) => Ok(items.into_iter().map(item).collect()),
+            Ok(_) => Err(ApiError::bad_request("body: a batch is a JSON array of records (or JSON lines)")),
+            Err(e) => Err(ApiError::bad_request(format!("body: invalid JSON: {e}"))),
+        }
+    } else if ct.starts_with("application/x-ndjson") || ct.starts_with("application/jsonl") || ct.starts_with("application/json-lines") {
+        let text = std::str::from_utf8(bytes).map_err(|_| ApiError::bad_request("body: JSON lines must be UTF-8"))?;
+        Ok(text
+            .lines()
+            .enumerate()
+            .filter(|(_, l)| !l.trim().is_empty())
+            .map(|(n, l)| {
+                serde_json::from_str::<Json_>(l)
+                    .map_err(|e| ApiError::bad_request(format!("line {}: invalid JSON: {e}", n + 1)))
+                    .and_then(item)
+            })
+            .collect())
+    } else {
+        Err(ApiError::unsupported_media_type(ct))
+    }
+}
+
+async fn batch(
+    State(c): State<AppState>,
+    RawQuery(q): RawQuery,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let p = params(q)?;
+    let ct = content_type(&headers);
+    let bytes = body_bytes(body, MAX_BATCH_BODY)?;
+    let items = batch_items(&ct, &bytes)?;
+    let mut slots = Vec::with_capacity(items.len());
+    let mut valid = Vec::new();
+    for item in items {
+        match item {
+            Ok(r) => {
+                slots.push(None);
+                valid.push(r);
+            }
+            Err(e) => slots.push(Some(e)),
+        }
+    }
+    let mut outcomes = c.upsert_many(valid, p.wait).await?.into_iter();
+    let results: Vec<Json_> = slots
+        .into_iter()
+        .map(|slot| {
+            let err = match slot {
+                Some(e) => e,
+                None => match outcomes.next() {
+                    Some(Ok(id)) => return json!({"id": id}),
+                    Some(Err(e)) => ApiError::from(e),
+                    None => ApiError::bad_request("missing result"),
+                },
+            };
+            json!({"error": {"code": err.code, "message": err.message}})
+        })
+        .collect();
+    Ok((StatusCode::ACCEPTED, Json(json!({"results": results}))).into_response())
+}
+
+async fn wal_state(State(c): State<AppState>, Path(id): Path<String>) -> Result<Response, ApiError> {
+    let state = c.wal_state(&id).await?;
+    Ok(Json(json!({"id": id, "state": state})).into_response())
+}
+
+async fn status(State(c): State<AppState>) -> Result<Response, ApiError> {
+    Ok(Json(c.status().await?).into_response())
+}
