@@ -23,7 +23,7 @@ pub async fn run(cli: Cli) -> Result<ExitCode> {
     match cli.command {
         Command::Serve { listen, import, sweep_interval } => {
             if let Some(file) = import {
-                import_file(&catalog, &file, None, import::DEFAULT_BATCH, false).await?;
+                import_file(&catalog, &file, None, import::DEFAULT_BATCH, false, false).await?;
             }
             let listener = tokio::net::TcpListener::bind(&listen).await.with_context(|| format!("binding {listen}"))?;
             let names = catalog.names();
@@ -41,12 +41,12 @@ pub async fn run(cli: Cli) -> Result<ExitCode> {
             let app = table_catalog::functions::handler_router(catalog);
             axum::serve(listener, app).with_graceful_shutdown(server::shutdown_signal()).await?;
         }
-        Command::Import { file, batch, format, no_apply } => {
+        Command::Import { file, batch, format, no_apply, print_acks } => {
             let format = format.map(|f| match f {
                 FormatArg::Csv => Format::Csv,
                 FormatArg::Jsonl => Format::JsonLines,
             });
-            let summary = import_file(&catalog, &file, format, batch, no_apply).await?;
+            let summary = import_file(&catalog, &file, format, batch, no_apply, print_acks).await?;
             if summary.logged == 0 && summary.read > 0 {
                 return Ok(ExitCode::FAILURE);
             }
@@ -114,7 +114,14 @@ fn parse_filters(filters: &[String]) -> Result<Filter> {
 }
 
 /// Imports a file, applying as it goes (unless `no_apply`), with a progress bar and a summary.
-async fn import_file(catalog: &Arc<Catalog>, file: &Path, format: Option<Format>, batch: usize, no_apply: bool) -> Result<import::Summary> {
+async fn import_file(
+    catalog: &Arc<Catalog>,
+    file: &Path,
+    format: Option<Format>,
+    batch: usize,
+    no_apply: bool,
+    print_acks: bool,
+) -> Result<import::Summary> {
     let started = Instant::now();
     let format = format.unwrap_or_else(|| Format::from_path(file));
     let rows = import::read_file(file, format, catalog.schema())?;
@@ -125,7 +132,16 @@ async fn import_file(catalog: &Arc<Catalog>, file: &Path, format: Option<Format>
     );
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let worker = (!no_apply).then(|| tokio::spawn(server::run_worker(catalog.clone(), ServeOptions::default(), stop_rx)));
-    let summary = import::import_rows(catalog, rows, batch, |done| bar.set_position(done as u64)).await;
+    let summary = import::import_rows(catalog, rows, batch, |done| {
+        bar.set_position(done as u64);
+        if print_acks {
+            use std::io::Write as _;
+            let mut out = std::io::stdout().lock();
+            let _ = writeln!(out, "acked {done}");
+            let _ = out.flush();
+        }
+    })
+    .await;
     bar.finish_and_clear();
     let _ = stop_tx.send(true);
     if let Some(w) = worker {

@@ -51,6 +51,10 @@ pub struct CatalogArgs {
     /// process but not an OS crash.
     #[arg(long, value_enum, default_value = "full", global = true)]
     pub durability: DurabilityArg,
+    /// Seconds an applier lease lasts; after a crash, another process takes over the WAL
+    /// once its lease expires.
+    #[arg(long, default_value_t = 60, global = true)]
+    pub lease_secs: u64,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -89,6 +93,9 @@ pub enum Command {
         /// Log only; leave applying to a running `serve` or to the sweeper.
         #[arg(long)]
         no_apply: bool,
+        /// Print `acked N` on stdout each time the first N rows are durable (for crash tests).
+        #[arg(long, hide = true)]
+        print_acks: bool,
     },
     /// Print the records matching field=value filters, one JSON object per line.
     Query {
@@ -165,6 +172,7 @@ impl CatalogArgs {
         if let Backend::Local(_) = c.backend {
             c.backend = Backend::Local(self.local_path.clone());
         }
+        c.options.wal.lease_duration = std::time::Duration::from_secs(self.lease_secs.max(1));
         c.durability = match self.durability {
             DurabilityArg::Full => Durability::Full,
             DurabilityArg::Process => Durability::Process,

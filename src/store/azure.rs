@@ -1,1 +1,0 @@
-//! Azure Storage backend (the only module that touches the azure_* crates).
