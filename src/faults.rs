@@ -7,8 +7,6 @@
 //! the environment variable `TABLE_CATALOG_CRASH_AT=name` (or `name:k` for the k-th hit)
 //! aborts the process at that point, for kill tests across processes.
 
-use crate::error::Result;
-
 /// The named points, in path order.
 pub const POINTS: &[&str] =
     &["after_wal_write", "before_enqueue", "after_fanout_row", "before_checkpoint", "before_remove_applied"];
@@ -16,7 +14,7 @@ pub const POINTS: &[&str] =
 #[cfg(not(feature = "fault-injection"))]
 /// Passes the named point (no-op in this build).
 #[inline(always)]
-pub fn point(_name: &'static str) -> Result<()> {
+pub fn point(_name: &'static str) -> crate::error::Result<()> {
     Ok(())
 }
 

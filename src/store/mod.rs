@@ -18,6 +18,8 @@
 
 pub mod azure;
 pub mod conformance;
+#[cfg(feature = "fault-injection")]
+pub mod fault;
 pub mod local;
 pub mod value;
 

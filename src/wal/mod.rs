@@ -57,6 +57,9 @@ pub struct WalOptions {
     pub tombstone_grace: Duration,
     /// How long an intent marker is kept (at least the queue message time-to-live: 7 days).
     pub intent_marker_ttl: Duration,
+    /// Offset added to this process's clock when allocating WAL ids, in microseconds (0 in
+    /// production; the reliability tests skew writers' clocks with it).
+    pub clock_skew_us: i64,
 }
 
 impl Default for WalOptions {
@@ -66,6 +69,7 @@ impl Default for WalOptions {
             apply_concurrency: 32,
             tombstone_grace: Duration::from_secs(600),
             intent_marker_ttl: Duration::from_secs(8 * 24 * 3600),
+            clock_skew_us: 0,
         }
     }
 }
@@ -159,7 +163,7 @@ impl Wal {
                     None => (None, 0),
                 },
             };
-            let start = id::now_micros().max(last + 1);
+            let start = (id::now_micros() + self.opts.clock_skew_us).max(last + 1);
             let new_last = start + n as i64 - 1;
             let e = Entity::new(METADATA, row.as_str()).with("last", Value::Int64(new_last));
             let written = match &etag {

@@ -1,0 +1,290 @@
+//! A fault-injecting wrapper of the storage traits, for the reliability tests (compiled only
+//! with the `fault-injection` feature: no cost in release builds).
+//!
+//! Rules match calls by operation (and optionally table or queue) and fire on the N-th
+//! matching call or with a probability drawn from a seeded generator, so every run is
+//! reproducible from its seed. A fault can fail the call before it reaches the store (any
+//! [`StoreError`], e.g. 409/412/500/503), let it commit and then fail the response (the
+//! caller sees an error for a write that happened), add latency, or freeze the caller long
+//! enough for its lease to expire while it still works.
+//!
+//! The wrapper also records every committed WAL-entry write (table and entity), so a checker
+//! can know exactly which operations were logged even when the caller saw an error.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use rand::{Rng, SeedableRng};
+
+use super::{
+    BatchOp, ETag, Entity, IfMatch, Page, QueueStore, ReceivedMessage, RowRange, Store, StoreError, StoreResult,
+    TableStore,
+};
+
+/// The storage operations, for matching.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[allow(missing_docs)]
+pub enum OpKind {
+    CreateTable,
+    DeleteTable,
+    Get,
+    Insert,
+    Upsert,
+    Replace,
+    Delete,
+    Query,
+    Scan,
+    Batch,
+    CreateQueue,
+    DeleteQueue,
+    PutMessage,
+    Receive,
+    DeleteMessage,
+    ReleaseMessage,
+    Count,
+}
+
+impl OpKind {
+    /// True for operations that change state.
+    pub fn is_write(self) -> bool {
+        matches!(
+            self,
+            OpKind::Insert | OpKind::Upsert | OpKind::Replace | OpKind::Delete | OpKind::Batch | OpKind::PutMessage | OpKind::DeleteMessage | OpKind::ReleaseMessage
+        )
+    }
+}
+
+/// What happens to a matched call.
+#[derive(Debug, Clone)]
+pub enum Fault {
+    /// Fail without calling the store.
+    Fail(StoreError),
+    /// Call the store, then fail the response anyway (the write may have happened).
+    CommitThenFail(StoreError),
+    /// Wait, then call the store.
+    Delay(Duration),
+}
+
+/// When a rule fires.
+#[derive(Debug, Clone)]
+pub enum Trigger {
+    /// On the N-th matching call (1-based), once.
+    Nth(u64),
+    /// On each matching call with this probability.
+    Probability(f64),
+    /// On every matching call.
+    Always,
+}
+
+/// One injection rule.
+#[derive(Debug, Clone)]
+pub struct Rule {
+    /// Operations it applies to (empty: all).
+    pub ops: Vec<OpKind>,
+    /// Table or queue it applies to (`None`: all).
+    pub target: Option<String>,
+    /// When it fires.
+    pub trigger: Trigger,
+    /// What it does.
+    pub fault: Fault,
+    matched: u64,
+}
+
+impl Rule {
+    /// A rule for these operations.
+    pub fn new(ops: &[OpKind], trigger: Trigger, fault: Fault) -> Rule {
+        Rule { ops: ops.to_vec(), target: None, trigger, fault, matched: 0 }
+    }
+
+    /// Restricts the rule to one table or queue (builder style).
+    pub fn on(mut self, target: &str) -> Rule {
+        self.target = Some(target.to_lowercase());
+        self
+    }
+}
+
+/// Shorthand: a transient 503.
+pub fn unavailable() -> StoreError {
+    StoreError::Unavailable("injected 503 ServerBusy".into())
+}
+
+struct State {
+    rules: Vec<Rule>,
+    rng: rand::rngs::StdRng,
+}
+
+/// The wrapper.
+pub struct FaultStore {
+    inner: Arc<dyn Store>,
+    state: Mutex<State>,
+    calls: AtomicU64,
+    injected: AtomicU64,
+    /// Committed WAL-entry writes: (table, entity), for checkers.
+    wal_log: Mutex<Vec<(String, Entity)>>,
+}
+
+impl FaultStore {
+    /// Wraps `inner`; `seed` makes probabilistic rules reproducible.
+    pub fn new(inner: Arc<dyn Store>, seed: u64) -> FaultStore {
+        FaultStore {
+            inner,
+            state: Mutex::new(State { rules: Vec::new(), rng: rand::rngs::StdRng::seed_from_u64(seed) }),
+            calls: AtomicU64::new(0),
+            injected: AtomicU64::new(0),
+            wal_log: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Adds a rule.
+    pub fn add(&self, rule: Rule) {
+        if let Ok(mut s) = self.state.lock() {
+            s.rules.push(rule);
+        }
+    }
+
+    /// Removes every rule.
+    pub fn clear(&self) {
+        if let Ok(mut s) = self.state.lock() {
+            s.rules.clear();
+        }
+    }
+
+    /// Calls seen and faults injected so far.
+    pub fn counts(&self) -> (u64, u64) {
+        (self.calls.load(Ordering::Relaxed), self.injected.load(Ordering::Relaxed))
+    }
+
+    /// Every committed write of an entity whose PartitionKey is `partition` and whose RowKey
+    /// sorts before `before` (for WAL entries: `wal`, `:`), in commit order.
+    pub fn committed(&self, partition: &str, before: &str) -> Vec<(String, Entity)> {
+        self.wal_log
+            .lock()
+            .map(|l| l.iter().filter(|(_, e)| e.partition_key == partition && e.row_key.as_str() < before).cloned().collect())
+            .unwrap_or_default()
+    }
+
+    fn pick(&self, op: OpKind, target: &str) -> Option<Fault> {
+        self.calls.fetch_add(1, Ordering::Relaxed);
+        let mut s = self.state.lock().ok()?;
+        let State { rules, rng } = &mut *s;
+        for rule in rules.iter_mut() {
+            if !rule.ops.is_empty() && !rule.ops.contains(&op) {
+                continue;
+            }
+            if rule.target.as_deref().is_some_and(|t| t != target.to_lowercase()) {
+                continue;
+            }
+            rule.matched += 1;
+            let fire = match rule.trigger {
+                Trigger::Nth(n) => rule.matched == n,
+                Trigger::Probability(p) => rng.gen_bool(p.clamp(0.0, 1.0)),
+                Trigger::Always => true,
+            };
+            if fire {
+                self.injected.fetch_add(1, Ordering::Relaxed);
+                return Some(rule.fault.clone());
+            }
+        }
+        None
+    }
+
+    async fn run<T>(&self, op: OpKind, target: &str, call: impl std::future::Future<Output = StoreResult<T>>) -> StoreResult<T> {
+        match self.pick(op, target) {
+            None => call.await,
+            Some(Fault::Fail(e)) => Err(e),
+            Some(Fault::CommitThenFail(e)) => {
+                let _ = call.await;
+                Err(e)
+            }
+            Some(Fault::Delay(d)) => {
+                tokio::time::sleep(d).await;
+                call.await
+            }
+        }
+    }
+
+    fn record(&self, table: &str, entities: impl IntoIterator<Item = Entity>) {
+        if let Ok(mut log) = self.wal_log.lock() {
+            for e in entities {
+                if e.partition_key == crate::wal::SHARD && e.row_key.as_str() < crate::wal::PENDING_BEFORE {
+                    log.push((table.to_string(), e));
+                }
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl TableStore for FaultStore {
+    async fn create_table(&self, table: &str) -> StoreResult<()> {
+        self.run(OpKind::CreateTable, table, self.inner.create_table(table)).await
+    }
+    async fn delete_table(&self, table: &str) -> StoreResult<()> {
+        self.run(OpKind::DeleteTable, table, self.inner.delete_table(table)).await
+    }
+    async fn get(&self, table: &str, pk: &str, rk: &str) -> StoreResult<Option<Entity>> {
+        self.run(OpKind::Get, table, self.inner.get(table, pk, rk)).await
+    }
+    async fn insert(&self, table: &str, entity: &Entity) -> StoreResult<ETag> {
+        self.run(OpKind::Insert, table, async {
+            let r = self.inner.insert(table, entity).await;
+            if r.is_ok() {
+                self.record(table, [entity.clone()]);
+            }
+            r
+        })
+        .await
+    }
+    async fn upsert(&self, table: &str, entity: &Entity) -> StoreResult<ETag> {
+        self.run(OpKind::Upsert, table, self.inner.upsert(table, entity)).await
+    }
+    async fn replace(&self, table: &str, entity: &Entity, if_match: &IfMatch) -> StoreResult<ETag> {
+        self.run(OpKind::Replace, table, self.inner.replace(table, entity, if_match)).await
+    }
+    async fn delete(&self, table: &str, pk: &str, rk: &str, if_match: &IfMatch) -> StoreResult<()> {
+        self.run(OpKind::Delete, table, self.inner.delete(table, pk, rk, if_match)).await
+    }
+    async fn query_partition(&self, table: &str, pk: &str, range: &RowRange, limit: usize, continuation: Option<&str>) -> StoreResult<Page> {
+        self.run(OpKind::Query, table, self.inner.query_partition(table, pk, range, limit, continuation)).await
+    }
+    async fn scan(&self, table: &str, limit: usize, continuation: Option<&str>) -> StoreResult<Page> {
+        self.run(OpKind::Scan, table, self.inner.scan(table, limit, continuation)).await
+    }
+    async fn batch(&self, table: &str, pk: &str, ops: &[BatchOp]) -> StoreResult<Vec<Option<ETag>>> {
+        self.run(OpKind::Batch, table, async {
+            let r = self.inner.batch(table, pk, ops).await;
+            if r.is_ok() {
+                self.record(table, ops.iter().filter_map(|op| if let BatchOp::Insert(e) = op { Some(e.clone()) } else { None }));
+            }
+            r
+        })
+        .await
+    }
+}
+
+#[async_trait]
+impl QueueStore for FaultStore {
+    async fn create_queue(&self, queue: &str) -> StoreResult<()> {
+        self.run(OpKind::CreateQueue, queue, self.inner.create_queue(queue)).await
+    }
+    async fn delete_queue(&self, queue: &str) -> StoreResult<()> {
+        self.run(OpKind::DeleteQueue, queue, self.inner.delete_queue(queue)).await
+    }
+    async fn put_message(&self, queue: &str, text: &str, visible_after: Duration) -> StoreResult<String> {
+        self.run(OpKind::PutMessage, queue, self.inner.put_message(queue, text, visible_after)).await
+    }
+    async fn receive_messages(&self, queue: &str, max: usize, visibility: Duration) -> StoreResult<Vec<ReceivedMessage>> {
+        self.run(OpKind::Receive, queue, self.inner.receive_messages(queue, max, visibility)).await
+    }
+    async fn delete_message(&self, queue: &str, id: &str, pop_receipt: &str) -> StoreResult<()> {
+        self.run(OpKind::DeleteMessage, queue, self.inner.delete_message(queue, id, pop_receipt)).await
+    }
+    async fn release_message(&self, queue: &str, id: &str, pop_receipt: &str, text: &str, visible_after: Duration) -> StoreResult<String> {
+        self.run(OpKind::ReleaseMessage, queue, self.inner.release_message(queue, id, pop_receipt, text, visible_after)).await
+    }
+    async fn approximate_count(&self, queue: &str) -> StoreResult<u64> {
+        self.run(OpKind::Count, queue, self.inner.approximate_count(queue)).await
+    }
+}
