@@ -1,0 +1,190 @@
+//! Deterministic crash tests: fail each named point of the write and apply paths in turn
+//! (and each storage call kind, before or after it commits), "restart" with a new catalog
+//! on the same storage, recover, and check the invariants:
+//! - every named point lies after the WAL write, so the interrupted write must end applied;
+//! - a storage fault may stop a write before it is logged; then it must leave no trace;
+//! - the table converges (every index row of a record agrees) and the WAL keeps flowing.
+//!
+//! The crash-point hook is process-global, so all scenarios run inside one test, in turn.
+#![cfg(feature = "fault-injection")]
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use table_catalog::catalog::{Catalog, CatalogOptions};
+use table_catalog::config::Names;
+use table_catalog::faults;
+use table_catalog::query::Filter;
+use table_catalog::record::Record;
+use table_catalog::store::fault::{unavailable, Fault, FaultStore, OpKind, Rule, Trigger};
+use table_catalog::store::Store;
+use table_catalog::verify;
+
+#[derive(Debug, Clone, Copy)]
+enum Write {
+    Upsert,
+    Replace,
+    Delete,
+}
+
+fn rec(v: Value) -> Record {
+    v.as_object().cloned().unwrap()
+}
+
+fn jfk() -> Record {
+    rec(json!({"icao": "KJFK", "iata": "JFK", "lid": "JFK", "name": "John F Kennedy International Airport", "elevation": 13}))
+}
+fn lga() -> Record {
+    rec(json!({"icao": "KLGA", "iata": "LGA", "lid": "LGA", "name": "LaGuardia Airport", "elevation": 21}))
+}
+fn bos() -> Record {
+    rec(json!({"icao": "KBOS", "iata": "BOS", "lid": "BOS", "name": "General Edward Lawrence Logan International Airport"}))
+}
+fn jfk_updated() -> Record {
+    let mut r = jfk();
+    r.insert("elevation".into(), json!(14));
+    r
+}
+fn jfk_moved() -> Record {
+    let mut r = jfk();
+    r.insert("iata".into(), json!("JFX"));
+    r
+}
+
+fn f(field: &str, value: &str) -> Filter {
+    Filter::new(vec![(field.into(), value.into())])
+}
+
+fn options() -> CatalogOptions {
+    let mut o = CatalogOptions::default();
+    o.wal.lease_duration = Duration::from_millis(300);
+    o
+}
+
+async fn open(store: Arc<dyn Store>, names: &Names) -> Catalog {
+    Catalog::open(store, names.clone(), common::airports_schema(), options()).await.unwrap()
+}
+
+async fn run_write(c: &Catalog, w: Write) -> table_catalog::Result<()> {
+    match w {
+        Write::Upsert => c.upsert(jfk_updated(), true).await.map(|_| ()),
+        Write::Replace => c.replace(f("icao", "KJFK"), jfk_moved(), true).await.map(|_| ()),
+        Write::Delete => c.delete(f("iata", "JFK"), true).await.map(|_| ()),
+    }
+}
+
+/// Live records by name, for comparison.
+fn by_name(records: impl IntoIterator<Item = Record>) -> BTreeMap<String, Record> {
+    records.into_iter().map(|r| (r["name"].as_str().unwrap().to_string(), r)).collect()
+}
+
+fn expected(w: Write, applied: bool) -> BTreeMap<String, Record> {
+    let jfk_after = match (w, applied) {
+        (_, false) => Some(jfk()),
+        (Write::Upsert, true) => Some(jfk_updated()),
+        (Write::Replace, true) => Some(jfk_moved()),
+        (Write::Delete, true) => None,
+    };
+    by_name([Some(lga()), Some(bos()), jfk_after].into_iter().flatten())
+}
+
+/// Restarts on the same storage, drains the WAL (waiting out a lease the crashed catalog
+/// may still hold), writes once more, and returns the live records.
+async fn recover_and_check(store: Arc<dyn Store>, names: &Names, label: &str) -> BTreeMap<String, Record> {
+    let c = open(store, names).await;
+    for _ in 0..100 {
+        c.recover().await.unwrap();
+        if c.status().await.unwrap().pending == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(c.status().await.unwrap().pending, 0, "{label}: WAL drained");
+    c.sweep().await.unwrap();
+    c.upsert(bos(), true).await.unwrap_or_else(|e| panic!("{label}: the WAL keeps flowing: {e}"));
+    let report = verify::verify(c.store().as_ref(), &names.table, c.schema()).await.unwrap();
+    assert!(report.ok(), "{label}: {:?}", report.violations);
+    assert_eq!(c.status().await.unwrap().dead, 0, "{label}: nothing buried");
+    let rows = verify::scan_all(c.store().as_ref(), &names.table).await.unwrap();
+    by_name(verify::live_records(&rows).into_values())
+}
+
+async fn setup(backend: common::Backend) -> (Arc<dyn Store>, Names) {
+    let store = common::store(backend);
+    let names = Names::new(&common::unique_name("fp"), None, None).unwrap();
+    let c = open(store.clone(), &names).await;
+    c.upsert(jfk(), true).await.unwrap();
+    c.upsert(lga(), true).await.unwrap();
+    (store, names)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_crash_point_and_storage_fault_recovers() {
+    let mut scenarios = 0;
+    for backend in common::backends() {
+        // 1. Named crash points: the process dies there; the write was logged, so it must apply.
+        for point in faults::POINTS {
+            for w in [Write::Upsert, Write::Replace, Write::Delete] {
+                let hits: u64 = if *point == "after_fanout_row" { 6 } else { 1 };
+                for k in 1..=hits {
+                    let label = format!("{backend:?} {point}#{k} {w:?}");
+                    let (store, names) = setup(backend).await;
+                    let count = Arc::new(AtomicU64::new(0));
+                    let c2 = count.clone();
+                    let p = *point;
+                    faults::set_hook(move |name| name == p && c2.fetch_add(1, Ordering::SeqCst) + 1 == k);
+                    let crashed = {
+                        let c = open(store.clone(), &names).await;
+                        run_write(&c, w).await
+                    };
+                    faults::clear_hook();
+                    if count.load(Ordering::SeqCst) < k {
+                        assert!(crashed.is_ok(), "{label}");
+                        continue; // the write has fewer than k fan-out rows
+                    }
+                    assert!(crashed.is_err(), "{label}: the crash point fired");
+                    let live = recover_and_check(store, &names, &label).await;
+                    assert_eq!(live, expected(w, true), "{label}");
+                    scenarios += 1;
+                }
+            }
+        }
+        // 2. Storage faults: each call kind fails before or after committing, 1st to 4th call.
+        let kinds = [OpKind::Insert, OpKind::Batch, OpKind::Replace, OpKind::Delete, OpKind::Get, OpKind::Query, OpKind::PutMessage];
+        for kind in kinds {
+            for commit in [false, true] {
+                if commit && !kind.is_write() {
+                    continue;
+                }
+                for nth in 1..=4 {
+                    for w in [Write::Upsert, Write::Replace, Write::Delete] {
+                        let label = format!("{backend:?} {kind:?} commit={commit} #{nth} {w:?}");
+                        let (inner, names) = setup(backend).await;
+                        let faulty = Arc::new(FaultStore::new(inner.clone(), nth));
+                        let fault = if commit { Fault::CommitThenFail(unavailable()) } else { Fault::Fail(unavailable()) };
+                        let result = {
+                            let c = open(faulty.clone(), &names).await;
+                            faulty.add(Rule::new(&[kind], Trigger::Nth(nth), fault));
+                            run_write(&c, w).await
+                        };
+                        let logged = !faulty.committed("wal", ":").is_empty();
+                        let live = recover_and_check(inner, &names, &label).await;
+                        if result.is_ok() || logged {
+                            assert_eq!(live, expected(w, true), "{label}: acknowledged or logged, so applied");
+                        } else {
+                            assert_eq!(live, expected(w, false), "{label}: never logged, so no trace");
+                        }
+                        scenarios += 1;
+                    }
+                }
+            }
+        }
+    }
+    eprintln!("{scenarios} fault scenarios passed");
+    assert!(scenarios >= 100);
+}
