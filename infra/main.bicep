@@ -1,0 +1,333 @@
+// TableCatalog as an Azure Functions custom-handler app on the Flex Consumption plan (Linux).
+//
+// Deploy into an existing resource group:
+//   az deployment group create -g <rg> -f infra/main.bicep -p infra/main.parameters.json
+// then publish the package built by scripts/package.sh (see docs/FUNCTIONS.md, "Deploy").
+//
+// Why Flex Consumption: Linux Consumption (Y1) retires on 2028-09-30 and gets no new features;
+// Flex Consumption is its Linux successor, scales to zero, and lists a "custom" runtime
+// (functionAppConfig.runtime name 'custom', version '1.0'). Sources in docs/FUNCTIONS.md.
+//
+// Storage access:
+// - The Functions host (queue trigger, timer locks, deployment package) uses the user-assigned
+//   managed identity: AzureWebJobsStorage__* settings plus Blob Data Owner and Queue Data
+//   Contributor roles on the account.
+// - The table-catalog binary signs requests with Shared Key (its storage client has no Entra ID
+//   support yet), so it gets AZURE_STORAGE_CONNECTION_STRING with the account key, and the
+//   account must allow Shared Key access.
+//
+// Names: the app settings, tables and queues below are derived from `catalogName` exactly as
+// the binary derives its defaults (src/settings.rs); tests/functions_assets.rs checks both.
+
+targetScope = 'resourceGroup'
+
+@description('Region of every resource. Flex Consumption is available in a subset of regions.')
+param location string = resourceGroup().location
+
+@description('Prefix of resource names: 3-10 lowercase letters or digits.')
+@minLength(3)
+@maxLength(10)
+param namePrefix string = 'tcat'
+
+@description('Catalog table name (TABLE_CATALOG_NAME): letters and digits, starting with a letter. The WAL table ({name}wal), apply queue ({name}-apply, lowercased) and poison queue ({queue}-poison) derive from it; queue names are limited to 63 characters, hence 50.')
+@minLength(3)
+@maxLength(50)
+param catalogName string = 'catalog'
+
+@description('Comma-separated indexed fields (TABLE_CATALOG_INDEX_KEYS), e.g. eid,ssn,npi.')
+param indexKeys string
+
+@description('Field whose value starts the RowKey (TABLE_CATALOG_ROW_KEY).')
+param rowKey string
+
+@description('Upper bound of Flex Consumption instances (40-1000). Appliers of one WAL shard serialise on a lease, so more instances mostly add lease contention.')
+@minValue(40)
+@maxValue(1000)
+param maximumInstanceCount int = 40
+
+@description('Memory of each Flex Consumption instance, in MB.')
+@allowed([
+  512
+  2048
+  4096
+])
+param instanceMemoryMB int = 2048
+
+@description('Days of log retention in the Log Analytics workspace.')
+@minValue(30)
+@maxValue(730)
+param logRetentionDays int = 30
+
+// ---- Names (must agree with src/settings.rs defaults, host.json and functions/*) ----------
+
+var token = uniqueString(resourceGroup().id, namePrefix)
+var storageAccountName = take(toLower('${namePrefix}${token}'), 24)
+var functionAppName = '${namePrefix}-func-${token}'
+var planName = '${namePrefix}-plan-${token}'
+var identityName = '${namePrefix}-id-${token}'
+var logAnalyticsName = '${namePrefix}-logs-${token}'
+var appInsightsName = '${namePrefix}-ai-${token}'
+var deploymentContainerName = 'app-package'
+
+var catalogTableName = catalogName
+var walTableName = '${catalogName}wal'
+var applyQueueName = toLower('${catalogName}-apply')
+var poisonQueueName = '${applyQueueName}-poison'
+
+// Built-in role definition ids.
+var roleStorageBlobDataOwner = 'b7e6dc6d-f1e8-4753-8033-0f276bb0955b'
+var roleStorageQueueDataContributor = '974c5e8b-45b9-4653-ba55-5f855dd0fb88'
+var roleMonitoringMetricsPublisher = '3913510d-42f4-4e42-8a64-420c390055eb'
+
+// ---- Storage: catalog + WAL tables, apply + poison queues, deployment container ----------
+
+resource storage 'Microsoft.Storage/storageAccounts@2023-05-01' = {
+  name: storageAccountName
+  location: location
+  kind: 'StorageV2'
+  sku: {
+    name: 'Standard_LRS'
+  }
+  properties: {
+    minimumTlsVersion: 'TLS1_2'
+    supportsHttpsTrafficOnly: true
+    allowBlobPublicAccess: false
+    // The binary signs with Shared Key (AZURE_STORAGE_CONNECTION_STRING).
+    allowSharedKeyAccess: true
+    defaultToOAuthAuthentication: true
+    publicNetworkAccess: 'Enabled'
+  }
+}
+
+resource blobService 'Microsoft.Storage/storageAccounts/blobServices@2023-05-01' = {
+  parent: storage
+  name: 'default'
+}
+
+resource deploymentContainer 'Microsoft.Storage/storageAccounts/blobServices/containers@2023-05-01' = {
+  parent: blobService
+  name: deploymentContainerName
+  properties: {
+    publicAccess: 'None'
+  }
+}
+
+resource tableService 'Microsoft.Storage/storageAccounts/tableServices@2023-05-01' = {
+  parent: storage
+  name: 'default'
+}
+
+resource catalogTable 'Microsoft.Storage/storageAccounts/tableServices/tables@2023-05-01' = {
+  parent: tableService
+  name: catalogTableName
+}
+
+resource walTable 'Microsoft.Storage/storageAccounts/tableServices/tables@2023-05-01' = {
+  parent: tableService
+  name: walTableName
+}
+
+resource queueService 'Microsoft.Storage/storageAccounts/queueServices@2023-05-01' = {
+  parent: storage
+  name: 'default'
+}
+
+resource applyQueue 'Microsoft.Storage/storageAccounts/queueServices/queues@2023-05-01' = {
+  parent: queueService
+  name: applyQueueName
+}
+
+resource poisonQueue 'Microsoft.Storage/storageAccounts/queueServices/queues@2023-05-01' = {
+  parent: queueService
+  name: poisonQueueName
+}
+
+// ---- Monitoring ------------------------------------------------------------------------
+
+resource logAnalytics 'Microsoft.OperationalInsights/workspaces@2023-09-01' = {
+  name: logAnalyticsName
+  location: location
+  properties: {
+    sku: {
+      name: 'PerGB2018'
+    }
+    retentionInDays: logRetentionDays
+  }
+}
+
+resource appInsights 'Microsoft.Insights/components@2020-02-02' = {
+  name: appInsightsName
+  location: location
+  kind: 'web'
+  properties: {
+    Application_Type: 'web'
+    WorkspaceResourceId: logAnalytics.id
+    // Telemetry is sent with the managed identity (APPLICATIONINSIGHTS_AUTHENTICATION_STRING).
+    DisableLocalAuth: true
+  }
+}
+
+// ---- Identity and role assignments -------------------------------------------------------
+
+resource identity 'Microsoft.ManagedIdentity/userAssignedIdentities@2023-01-31' = {
+  name: identityName
+  location: location
+}
+
+// Deployment package (Flex deployment container) and the host's blob leases (timer singleton).
+resource blobOwnerRole 'Microsoft.Authorization/roleAssignments@2022-04-01' = {
+  name: guid(storage.id, identity.id, roleStorageBlobDataOwner)
+  scope: storage
+  properties: {
+    roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', roleStorageBlobDataOwner)
+    principalId: identity.properties.principalId
+    principalType: 'ServicePrincipal'
+  }
+}
+
+// Queue trigger: read, update visibility, delete; create and write the poison queue.
+resource queueContributorRole 'Microsoft.Authorization/roleAssignments@2022-04-01' = {
+  name: guid(storage.id, identity.id, roleStorageQueueDataContributor)
+  scope: storage
+  properties: {
+    roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', roleStorageQueueDataContributor)
+    principalId: identity.properties.principalId
+    principalType: 'ServicePrincipal'
+  }
+}
+
+resource metricsPublisherRole 'Microsoft.Authorization/roleAssignments@2022-04-01' = {
+  name: guid(appInsights.id, identity.id, roleMonitoringMetricsPublisher)
+  scope: appInsights
+  properties: {
+    roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', roleMonitoringMetricsPublisher)
+    principalId: identity.properties.principalId
+    principalType: 'ServicePrincipal'
+  }
+}
+
+// ---- Function App on Flex Consumption ------------------------------------------------------
+
+resource plan 'Microsoft.Web/serverfarms@2024-04-01' = {
+  name: planName
+  location: location
+  kind: 'functionapp'
+  sku: {
+    tier: 'FlexConsumption'
+    name: 'FC1'
+  }
+  properties: {
+    reserved: true
+  }
+}
+
+resource functionApp 'Microsoft.Web/sites@2024-04-01' = {
+  name: functionAppName
+  location: location
+  kind: 'functionapp,linux'
+  identity: {
+    type: 'UserAssigned'
+    userAssignedIdentities: {
+      '${identity.id}': {}
+    }
+  }
+  properties: {
+    serverFarmId: plan.id
+    httpsOnly: true
+    siteConfig: {
+      minTlsVersion: '1.2'
+      // Flex Consumption rejects FUNCTIONS_WORKER_RUNTIME and FUNCTIONS_EXTENSION_VERSION:
+      // the runtime is functionAppConfig.runtime below.
+      appSettings: [
+        {
+          name: 'AzureWebJobsStorage__credential'
+          value: 'managedidentity'
+        }
+        {
+          name: 'AzureWebJobsStorage__clientId'
+          value: identity.properties.clientId
+        }
+        {
+          name: 'AzureWebJobsStorage__blobServiceUri'
+          value: storage.properties.primaryEndpoints.blob
+        }
+        {
+          name: 'AzureWebJobsStorage__queueServiceUri'
+          value: storage.properties.primaryEndpoints.queue
+        }
+        {
+          name: 'APPLICATIONINSIGHTS_CONNECTION_STRING'
+          value: appInsights.properties.ConnectionString
+        }
+        {
+          name: 'APPLICATIONINSIGHTS_AUTHENTICATION_STRING'
+          value: 'ClientId=${identity.properties.clientId};Authorization=AAD'
+        }
+        {
+          name: 'AZURE_STORAGE_CONNECTION_STRING'
+          value: 'DefaultEndpointsProtocol=https;AccountName=${storage.name};AccountKey=${storage.listKeys().keys[0].value};EndpointSuffix=${environment().suffixes.storage}'
+        }
+        {
+          name: 'TABLE_CATALOG_NAME'
+          value: catalogTableName
+        }
+        {
+          name: 'TABLE_CATALOG_INDEX_KEYS'
+          value: indexKeys
+        }
+        {
+          name: 'TABLE_CATALOG_ROW_KEY'
+          value: rowKey
+        }
+        {
+          name: 'TABLE_CATALOG_WAL_NAME'
+          value: walTableName
+        }
+        {
+          name: 'TABLE_CATALOG_QUEUE'
+          value: applyQueueName
+        }
+      ]
+    }
+    functionAppConfig: {
+      deployment: {
+        storage: {
+          type: 'blobContainer'
+          value: '${storage.properties.primaryEndpoints.blob}${deploymentContainerName}'
+          authentication: {
+            type: 'UserAssignedIdentity'
+            userAssignedIdentityResourceId: identity.id
+          }
+        }
+      }
+      scaleAndConcurrency: {
+        maximumInstanceCount: maximumInstanceCount
+        instanceMemoryMB: instanceMemoryMB
+      }
+      runtime: {
+        name: 'custom'
+        version: '1.0'
+      }
+    }
+  }
+  // The host reaches storage with the identity as soon as it starts: roles first.
+  dependsOn: [
+    blobOwnerRole
+    queueContributorRole
+    metricsPublisherRole
+    deploymentContainer
+    catalogTable
+    walTable
+    applyQueue
+    poisonQueue
+  ]
+}
+
+output functionAppName string = functionApp.name
+output functionAppHostName string = functionApp.properties.defaultHostName
+output storageAccountName string = storage.name
+output deploymentContainerUrl string = '${storage.properties.primaryEndpoints.blob}${deploymentContainerName}'
+output catalogTable string = catalogTable.name
+output walTable string = walTable.name
+output applyQueue string = applyQueue.name
+output poisonQueue string = poisonQueue.name

@@ -1,0 +1,286 @@
+//! Every environment setting the binary reads, in one machine-readable table.
+//!
+//! [`SETTINGS`] is the single list that configuration code, the documentation and the
+//! deployment assets are checked against: `tests/functions_assets.rs` verifies that every
+//! setting the Functions app needs is set by `infra/main.bicep` and by `local.settings.json`,
+//! and that the table, queue and function names agree with the defaults here.
+//!
+//! Defaults are written as templates: `{SETTING_NAME}` stands for the value of another
+//! setting (after its own default applies), and [`default_value`] expands them. Test-only
+//! switches (`TABLE_CATALOG_CRASH_AT`, feature `fault-injection`) are not settings and are not
+//! listed. CLI flags override these settings; that mapping lives with the CLI.
+
+/// Catalog table name setting.
+pub const NAME: &str = "TABLE_CATALOG_NAME";
+/// Indexed fields setting.
+pub const INDEX_KEYS: &str = "TABLE_CATALOG_INDEX_KEYS";
+/// Row-key (sort) field setting.
+pub const ROW_KEY: &str = "TABLE_CATALOG_ROW_KEY";
+/// WAL table name setting.
+pub const WAL_NAME: &str = "TABLE_CATALOG_WAL_NAME";
+/// Apply queue name setting (also the queue the `apply` function triggers on).
+pub const QUEUE: &str = "TABLE_CATALOG_QUEUE";
+/// Embedded-store folder setting.
+pub const LOCAL_PATH: &str = "TABLE_CATALOG_LOCAL_PATH";
+/// `serve` listen address setting.
+pub const LISTEN: &str = "TABLE_CATALOG_LISTEN";
+/// Storage connection string setting read first.
+pub const CONNECTION_STRING: &str = "AZURE_STORAGE_CONNECTION_STRING";
+/// The Functions host's storage connection, the fallback for [`CONNECTION_STRING`].
+pub const WEBJOBS_STORAGE: &str = "AzureWebJobsStorage";
+/// Port the Functions host assigns to the custom handler.
+pub const CUSTOMHANDLER_PORT: &str = "FUNCTIONS_CUSTOMHANDLER_PORT";
+
+/// Default catalog table name; the Functions app deploys with it.
+pub const DEFAULT_NAME: &str = "catalog";
+/// Suffix of the poison queue name: the Functions host moves a message that failed
+/// `maxDequeueCount` times to `{queue}-poison`, and the catalog puts permanently bad
+/// messages there itself.
+pub const POISON_SUFFIX: &str = "-poison";
+
+/// Which commands of the binary read a setting.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UsedIn {
+    /// Not `handler`: `serve` (and the operator commands, where the description says so).
+    Serve,
+    /// Only `handler` (the Azure Functions custom handler).
+    Handler,
+    /// Every command, `handler` included.
+    Both,
+}
+
+/// How the Azure Functions app provides a setting.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FunctionsApp {
+    /// An app setting: `infra/main.bicep` and `local.settings.json` set it (directly, or
+    /// through the setting its default refers to).
+    AppSetting,
+    /// Left unset: `serve`-only, or a fallback that never applies in a Functions app.
+    Unset,
+    /// Set by the Functions host when it starts the handler.
+    Host,
+}
+
+/// One environment setting.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Setting {
+    /// Environment variable name, exactly as read (case matters on Linux).
+    pub name: &'static str,
+    /// Value used when unset; `{OTHER}` stands for the value of setting `OTHER`.
+    /// `None`: no default (required where used, or the feature is off; see the description).
+    pub default: Option<&'static str>,
+    /// What the setting does, its constraints, and what happens when it is unset.
+    pub description: &'static str,
+    /// Which commands read it.
+    pub used_in: UsedIn,
+    /// How the Functions app provides it.
+    pub functions_app: FunctionsApp,
+}
+
+impl Setting {
+    /// True when the Functions app must have this setting configured by the operator
+    /// (app settings in Azure, `Values` of `local.settings.json` locally).
+    pub fn required_in_functions_app(&self) -> bool {
+        self.functions_app == FunctionsApp::AppSetting
+    }
+}
+
+/// Every setting the binary reads, in the order the documentation lists them.
+pub const SETTINGS: &[Setting] = &[
+    Setting {
+        name: NAME,
+        default: Some(DEFAULT_NAME),
+        description: "Catalog table name. Azure table names are alphanumeric, 3-63 characters, \
+                      starting with a letter.",
+        used_in: UsedIn::Both,
+        functions_app: FunctionsApp::AppSetting,
+    },
+    Setting {
+        name: INDEX_KEYS,
+        default: None,
+        description: "Comma-separated indexed fields (e.g. `eid,ssn,npi`). Required to create \
+                      the catalog (at least one); optional once its schema is stored in the WAL \
+                      table, and then it must match. The Functions app sets it.",
+        used_in: UsedIn::Both,
+        functions_app: FunctionsApp::AppSetting,
+    },
+    Setting {
+        name: ROW_KEY,
+        default: None,
+        description: "Field whose value starts the RowKey (sort order within an index \
+                      partition). Required to create the catalog; optional once its schema is \
+                      stored, and then it must match. The Functions app sets it.",
+        used_in: UsedIn::Both,
+        functions_app: FunctionsApp::AppSetting,
+    },
+    Setting {
+        name: WAL_NAME,
+        default: Some("{TABLE_CATALOG_NAME}wal"),
+        description: "WAL table name (alphanumeric, like every Azure table name).",
+        used_in: UsedIn::Both,
+        functions_app: FunctionsApp::AppSetting,
+    },
+    Setting {
+        name: QUEUE,
+        default: Some("{TABLE_CATALOG_NAME}-apply"),
+        description: "Apply queue: hint and write-intent messages. Lowercased (queue names are \
+                      lowercase letters, digits and single hyphens, 3-63 characters). The poison \
+                      queue is `{queue}-poison`. The `apply` function's queue trigger names this \
+                      setting (`%TABLE_CATALOG_QUEUE%`), so the Functions app must set it.",
+        used_in: UsedIn::Both,
+        functions_app: FunctionsApp::AppSetting,
+    },
+    Setting {
+        name: LOCAL_PATH,
+        default: Some(".table-catalog"),
+        description: "Folder of the embedded store, used when no storage connection string is \
+                      set. A Functions app always has one, so it leaves this unset.",
+        used_in: UsedIn::Both,
+        functions_app: FunctionsApp::Unset,
+    },
+    Setting {
+        name: LISTEN,
+        default: Some("127.0.0.1:7071"),
+        description: "Address `serve` listens on (HTTP API).",
+        used_in: UsedIn::Serve,
+        functions_app: FunctionsApp::Unset,
+    },
+    Setting {
+        name: CONNECTION_STRING,
+        default: Some("{AzureWebJobsStorage}"),
+        description: "Azure Storage connection string (Shared Key or SAS; \
+                      `UseDevelopmentStorage=true` for Azurite). Unset: falls back to \
+                      `AzureWebJobsStorage`; both unset: the embedded store.",
+        used_in: UsedIn::Both,
+        functions_app: FunctionsApp::AppSetting,
+    },
+    Setting {
+        name: WEBJOBS_STORAGE,
+        default: None,
+        description: "The Functions host's storage connection string; the fallback for \
+                      `AZURE_STORAGE_CONNECTION_STRING`. Identity-based forms \
+                      (`AzureWebJobsStorage__*`) serve the host only: the binary then needs \
+                      `AZURE_STORAGE_CONNECTION_STRING`.",
+        used_in: UsedIn::Both,
+        functions_app: FunctionsApp::AppSetting,
+    },
+    Setting {
+        name: CUSTOMHANDLER_PORT,
+        default: None,
+        description: "TCP port on 127.0.0.1 that `handler` listens on; the Functions host picks \
+                      it and sets this variable when it starts the handler. Required by \
+                      `handler`.",
+        used_in: UsedIn::Handler,
+        functions_app: FunctionsApp::Host,
+    },
+];
+
+/// The setting named `name`, if the binary reads it.
+pub fn find(name: &str) -> Option<&'static Setting> {
+    SETTINGS.iter().find(|s| s.name == name)
+}
+
+/// The effective value of setting `name`: `lookup(name)` if it returns a value, else its
+/// default with `{OTHER}` references expanded recursively through `lookup` and the defaults.
+/// The apply queue's value is lowercased, as the binary does.
+///
+/// `None` when the setting is unknown, unset without a default, or its default refers to a
+/// setting that has no value (or to itself, directly or not).
+pub fn default_value(name: &str, lookup: &dyn Fn(&str) -> Option<String>) -> Option<String> {
+    resolve(name, lookup, 0)
+}
+
+fn resolve(name: &str, lookup: &dyn Fn(&str) -> Option<String>, depth: usize) -> Option<String> {
+    // Deeper than the table is long means a reference cycle.
+    if depth > SETTINGS.len() {
+        return None;
+    }
+    let setting = find(name)?;
+    let value = match lookup(name) {
+        Some(v) => v,
+        None => expand(setting.default?, lookup, depth)?,
+    };
+    Some(if name == QUEUE { value.to_lowercase() } else { value })
+}
+
+fn expand(template: &str, lookup: &dyn Fn(&str) -> Option<String>, depth: usize) -> Option<String> {
+    let mut out = String::new();
+    let mut rest = template;
+    while let Some(start) = rest.find('{') {
+        out.push_str(&rest[..start]);
+        let after = &rest[start + 1..];
+        let end = after.find('}')?;
+        out.push_str(&resolve(&after[..end], lookup, depth + 1)?);
+        rest = &after[end + 1..];
+    }
+    out.push_str(rest);
+    Some(out)
+}
+
+/// Name of the poison queue of `queue`.
+pub fn poison_queue_name(queue: &str) -> String {
+    format!("{queue}{POISON_SUFFIX}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn none(_: &str) -> Option<String> {
+        None
+    }
+
+    #[test]
+    fn names_are_unique() {
+        for (i, s) in SETTINGS.iter().enumerate() {
+            assert!(SETTINGS[..i].iter().all(|o| o.name != s.name), "{} listed twice", s.name);
+        }
+    }
+
+    #[test]
+    fn derived_defaults_follow_the_catalog_name() {
+        assert_eq!(default_value(NAME, &none).as_deref(), Some("catalog"));
+        assert_eq!(default_value(WAL_NAME, &none).as_deref(), Some("catalogwal"));
+        assert_eq!(default_value(QUEUE, &none).as_deref(), Some("catalog-apply"));
+        assert_eq!(poison_queue_name("catalog-apply"), "catalog-apply-poison");
+        let named = |n: &str| (n == NAME).then(|| "Providers".to_string());
+        assert_eq!(default_value(WAL_NAME, &named).as_deref(), Some("Providerswal"));
+        assert_eq!(default_value(QUEUE, &named).as_deref(), Some("providers-apply"));
+    }
+
+    #[test]
+    fn connection_string_falls_back_to_webjobs_storage() {
+        assert_eq!(default_value(CONNECTION_STRING, &none), None);
+        let dev = |n: &str| (n == WEBJOBS_STORAGE).then(|| "UseDevelopmentStorage=true".to_string());
+        assert_eq!(default_value(CONNECTION_STRING, &dev).as_deref(), Some("UseDevelopmentStorage=true"));
+    }
+
+    #[test]
+    fn required_and_unknown_settings_have_no_value() {
+        assert_eq!(default_value(INDEX_KEYS, &none), None);
+        assert_eq!(default_value("NOT_A_SETTING", &none), None);
+    }
+
+    #[test]
+    fn every_template_reference_names_a_setting() {
+        for s in SETTINGS {
+            let Some(mut rest) = s.default else { continue };
+            while let Some(start) = rest.find('{') {
+                let end = rest[start..].find('}').expect("unclosed reference") + start;
+                let target = &rest[start + 1..end];
+                assert!(find(target).is_some(), "{} refers to unknown {target}", s.name);
+                rest = &rest[end + 1..];
+            }
+        }
+    }
+
+    #[test]
+    fn functions_app_requirements() {
+        let required: Vec<&str> =
+            SETTINGS.iter().filter(|s| s.required_in_functions_app()).map(|s| s.name).collect();
+        assert!(required.contains(&QUEUE));
+        assert!(!required.contains(&LISTEN));
+        assert!(!required.contains(&LOCAL_PATH));
+        assert!(!required.contains(&CUSTOMHANDLER_PORT));
+    }
+}

@@ -1,0 +1,333 @@
+//! Randomized, seeded, reproducible checker of the WAL invariants under faults.
+//!
+//! Concurrent clients issue upsert / insert / replace / delete (and queue intents, some
+//! delivered twice) on a small key space drawn from the airports data, so identifiers
+//! collide and records move between index values. Several catalog instances share one
+//! storage account, each through its own fault injector (503s before or after commit,
+//! latency, freezes longer than the lease) and with its own skewed clock; each runs a queue
+//! worker and a sweeper, so several appliers race. After quiescence the whole table is
+//! checked:
+//! - convergence: every record's index rows agree ([`table_catalog::verify`]);
+//! - durability and order: for every record identity, the final state is the effect of an
+//!   operation that no acknowledged operation issued after it finished supersedes (an
+//!   acknowledged write that nothing later touched must be there, with its payload);
+//! - nothing pending, nothing dead, nothing poisoned, queue drained.
+//!
+//! Bounded runs are part of `scripts/test.sh`; a long run:
+//! `TC_CHECKER_OPS=100000 TC_CHECKER_SEED=7 cargo test --release --features fault-injection --test checker -- --nocapture`.
+#![cfg(feature = "fault-injection")]
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use serde_json::json;
+use table_catalog::catalog::{Catalog, CatalogOptions};
+use table_catalog::config::Names;
+use table_catalog::import::{read_file, Format};
+use table_catalog::messages;
+use table_catalog::query::Filter;
+use table_catalog::record::Record;
+use table_catalog::schema::Schema;
+use table_catalog::server::{self, ServeOptions};
+use table_catalog::store::fault::{unavailable, Fault, FaultStore, OpKind, Rule, Trigger};
+use table_catalog::store::Store;
+use table_catalog::verify;
+
+const INDEX: [&str; 3] = ["icao", "iata", "lid"];
+
+/// What an operation does to one record identity.
+#[derive(Debug, Clone, PartialEq)]
+enum Effect {
+    Write(Record),
+    Absent,
+}
+
+#[derive(Debug, Clone)]
+enum Kind {
+    Upsert(Record),
+    Replace((String, String), Record),
+    Delete((String, String)),
+}
+
+#[derive(Debug, Clone)]
+struct Op {
+    kind: Kind,
+    issued: u64,
+    /// Logical time the call returned; `u64::MAX` for queue intents (applied whenever consumed).
+    ended: u64,
+    acked: bool,
+}
+
+struct Universe {
+    schema: Schema,
+    airports: Vec<Record>,
+    iata: Vec<String>,
+    lid: Vec<String>,
+}
+
+impl Universe {
+    fn new() -> Universe {
+        let schema = common::airports_schema();
+        let rows = read_file(&common::airports_csv(), Format::Csv, &schema).unwrap();
+        let airports: Vec<Record> = rows
+            .into_iter()
+            .flatten()
+            .filter(|r| INDEX.iter().all(|f| r[*f].as_str().is_some_and(|v| !v.is_empty())))
+            .step_by(997)
+            .take(6)
+            .collect();
+        let iata = vec!["XXA".into(), "XXB".into(), airports[0]["iata"].as_str().unwrap().into(), String::new()];
+        let lid = vec!["LLA".into(), airports[1]["lid"].as_str().unwrap().into(), String::new()];
+        Universe { schema, airports, iata, lid }
+    }
+
+    fn record(&self, rng: &mut StdRng, client: usize) -> Record {
+        let mut r = self.airports[rng.gen_range(0..self.airports.len())].clone();
+        r.insert("iata".into(), json!(self.iata[rng.gen_range(0..self.iata.len())]));
+        r.insert("lid".into(), json!(self.lid[rng.gen_range(0..self.lid.len())]));
+        r.insert("v".into(), json!(rng.gen::<u32>()));
+        r.insert("by".into(), json!(client));
+        r
+    }
+
+    fn filter(&self, rng: &mut StdRng) -> (String, String) {
+        match rng.gen_range(0..3) {
+            0 => ("icao".into(), self.airports[rng.gen_range(0..self.airports.len())]["icao"].as_str().unwrap().into()),
+            1 => ("iata".into(), self.iata[rng.gen_range(0..self.iata.len() - 1)].clone()),
+            _ => ("lid".into(), self.lid[rng.gen_range(0..self.lid.len() - 1)].clone()),
+        }
+    }
+
+    fn row_key(&self, r: &Record) -> String {
+        self.schema.record_keys(r).unwrap().row_key
+    }
+}
+
+fn matches(filter: &(String, String), identity: &Record) -> bool {
+    identity[filter.0.as_str()].as_str().is_some_and(|v| !v.is_empty() && v.to_lowercase() == filter.1.to_lowercase())
+}
+
+fn effect(u: &Universe, op: &Op, rk: &str, identity: &Record) -> Option<Effect> {
+    match &op.kind {
+        Kind::Upsert(r) => (u.row_key(r) == rk).then(|| Effect::Write(r.clone())),
+        Kind::Replace(f, r) if u.row_key(r) == rk => Some(Effect::Write(r.clone())),
+        Kind::Replace(f, _) | Kind::Delete(f) => matches(f, identity).then_some(Effect::Absent),
+    }
+}
+
+struct Run {
+    seed: u64,
+    ops: usize,
+    clients: usize,
+    instances: usize,
+}
+
+async fn open_instance(store: Arc<dyn Store>, names: &Names, schema: &Schema, skew_us: i64) -> Arc<Catalog> {
+    let mut o = CatalogOptions::default();
+    o.wal.lease_duration = Duration::from_millis(400);
+    o.wal.tombstone_grace = Duration::from_secs(5);
+    o.wal.clock_skew_us = skew_us;
+    o.wait_timeout = Duration::from_secs(5);
+    o.sweep_apply_after = Duration::from_millis(300);
+    o.max_dequeue_count = 1000; // no poison: every failure here is transient
+    Arc::new(Catalog::open(store, names.clone(), schema.clone(), o).await.unwrap())
+}
+
+fn add_faults(f: &FaultStore, catalog_table: &str) {
+    let writes = [OpKind::Insert, OpKind::Upsert, OpKind::Replace, OpKind::Delete, OpKind::Batch, OpKind::PutMessage, OpKind::DeleteMessage, OpKind::ReleaseMessage];
+    f.add(Rule::new(&[], Trigger::Probability(0.02), Fault::Fail(unavailable())));
+    f.add(Rule::new(&writes, Trigger::Probability(0.02), Fault::CommitThenFail(unavailable())));
+    f.add(Rule::new(&[], Trigger::Probability(0.05), Fault::Delay(Duration::from_millis(3))));
+    // Freeze an applier mid fan-out for longer than its lease.
+    f.add(Rule::new(&[OpKind::Replace, OpKind::Insert], Trigger::Probability(0.003), Fault::Delay(Duration::from_millis(700))).on(catalog_table));
+}
+
+async fn check(backend: common::Backend, run: Run) {
+    let Run { seed, ops, clients, instances } = run;
+    let started = Instant::now();
+    let u = Arc::new(Universe::new());
+    let inner = common::store(backend);
+    let names = Names::new(&common::unique_name("chk"), None, None).unwrap();
+    let skews = [0i64, -5_000_000, 3_000_000, -200_000];
+    let mut faulty = Vec::new();
+    let mut catalogs = Vec::new();
+    for i in 0..instances {
+        let f = Arc::new(FaultStore::new(inner.clone(), seed.wrapping_mul(31).wrapping_add(i as u64)));
+        catalogs.push(open_instance(f.clone(), &names, &u.schema, skews[i % skews.len()]).await);
+        add_faults(&f, &names.table);
+        faulty.push(f);
+    }
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let mut background = Vec::new();
+    for c in &catalogs {
+        let opts = ServeOptions { max_poll_interval: Duration::from_millis(50), ..ServeOptions::default() };
+        background.push(tokio::spawn(server::run_worker(c.clone(), opts, stop_rx.clone())));
+        background.push(tokio::spawn(server::run_sweeper(c.clone(), Duration::from_millis(250), stop_rx.clone())));
+    }
+
+    let clock = Arc::new(AtomicU64::new(1));
+    let history: Arc<Mutex<Vec<Op>>> = Arc::new(Mutex::new(Vec::new()));
+    let mut tasks = Vec::new();
+    for client in 0..clients {
+        let (u, clock, history, catalogs) = (u.clone(), clock.clone(), history.clone(), catalogs.clone());
+        let n = ops / clients + usize::from(client < ops % clients);
+        tasks.push(tokio::spawn(async move {
+            let mut rng = StdRng::seed_from_u64(seed ^ (client as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15));
+            for _ in 0..n {
+                let c = &catalogs[rng.gen_range(0..catalogs.len())];
+                let wait = rng.gen_bool(0.1);
+                let roll = rng.gen_range(0..100);
+                let kind = match roll {
+                    0..=44 => Kind::Upsert(u.record(&mut rng, client)),
+                    45..=64 => {
+                        let r = u.record(&mut rng, client);
+                        let f = if rng.gen_bool(0.5) { ("icao".to_string(), r["icao"].as_str().unwrap().to_string()) } else { u.filter(&mut rng) };
+                        Kind::Replace(f, r)
+                    }
+                    _ => Kind::Delete(u.filter(&mut rng)),
+                };
+                let issued = clock.fetch_add(1, Ordering::SeqCst);
+                let intent = rng.gen_bool(0.1);
+                let result = if intent {
+                    let msg = match &kind {
+                        Kind::Upsert(r) => json!({"v": 1, "op": "upsert", "record": r}),
+                        Kind::Replace((k, v), r) => json!({"v": 1, "op": "replace", "filter": {k: v}, "record": r}),
+                        Kind::Delete((k, v)) => json!({"v": 1, "op": "delete", "filter": {k: v}}),
+                    };
+                    let text = msg.to_string();
+                    if rng.gen_bool(0.3) {
+                        // A message the host delivers twice: the same message id, logged once.
+                        let id = format!("dup-{seed}-{client}-{issued}");
+                        let a = c.process_message(&text, &id, 1).await;
+                        let b = catalogs[rng.gen_range(0..catalogs.len())].process_message(&text, &id, 2).await;
+                        a.and(b).map(|_| ())
+                    } else {
+                        c.store().put_message(&c.names().queue, &messages::encode(&text), Duration::ZERO).await.map(|_| ()).map_err(Into::into)
+                    }
+                } else {
+                    match &kind {
+                        Kind::Upsert(r) if roll % 5 == 0 => match c.insert(r.clone(), wait).await {
+                            Err(table_catalog::Error::Conflict(_)) => continue, // rejected before logging
+                            other => other.map(|_| ()),
+                        },
+                        Kind::Upsert(r) => c.upsert(r.clone(), wait).await.map(|_| ()),
+                        Kind::Replace((k, v), r) => c.replace(Filter::new(vec![(k.clone(), v.clone())]), r.clone(), wait).await.map(|_| ()),
+                        Kind::Delete((k, v)) => c.delete(Filter::new(vec![(k.clone(), v.clone())]), wait).await.map(|_| ()),
+                    }
+                };
+                let ended = clock.fetch_add(1, Ordering::SeqCst);
+                let acked = match &result {
+                    Ok(()) => true,
+                    Err(table_catalog::Error::Timeout(_)) => true, // durable, just not applied yet
+                    Err(e) => {
+                        assert!(e.is_transient(), "seed {seed}: unexpected error {e}");
+                        false
+                    }
+                };
+                // An intent that reached the queue is applied whenever it is consumed.
+                let ended = if intent && acked { u64::MAX } else { ended };
+                history.lock().unwrap().push(Op { kind, issued, ended, acked });
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let issued_secs = started.elapsed().as_secs_f64();
+
+    // Quiesce: faults off, let workers drain the queue, then drain the WAL.
+    for f in &faulty {
+        f.clear();
+    }
+    let c0 = &catalogs[0];
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        c0.recover().await.unwrap();
+        let s = c0.status().await.unwrap();
+        let queued = c0.store().approximate_count(&names.queue).await.unwrap();
+        if s.pending == 0 && queued == 0 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "seed {seed}: did not quiesce: {s:?}, {queued} queued");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let _ = stop_tx.send(true);
+    for b in background {
+        b.await.unwrap();
+    }
+    c0.recover().await.unwrap();
+    let status = c0.status().await.unwrap();
+    assert_eq!((status.pending, status.dead, status.poison), (0, 0, 0), "seed {seed}: {status:?}");
+
+    // Convergence.
+    let report = verify::verify(c0.store().as_ref(), &names.table, &u.schema).await.unwrap();
+    assert!(report.ok(), "seed {seed}: {:?}", &report.violations[..report.violations.len().min(10)]);
+    let rows = verify::scan_all(c0.store().as_ref(), &names.table).await.unwrap();
+    let live = verify::live_records(&rows);
+
+    // Durability and order, per record identity.
+    let history = history.lock().unwrap().clone();
+    let mut identities: BTreeMap<String, Record> = BTreeMap::new();
+    for op in &history {
+        if let Kind::Upsert(r) | Kind::Replace(_, r) = &op.kind {
+            identities.entry(u.row_key(r)).or_insert_with(|| r.clone());
+        }
+    }
+    let mut violations = Vec::new();
+    let mut checked_writes = 0;
+    for (rk, identity) in &identities {
+        let touching: Vec<(&Op, Effect)> = history.iter().filter_map(|o| effect(&u, o, rk, identity).map(|e| (o, e))).collect();
+        let maximal: Vec<&(&Op, Effect)> = touching
+            .iter()
+            .filter(|(o, _)| !touching.iter().any(|(a, _)| a.acked && a.issued > o.ended))
+            .collect();
+        let mut valid: Vec<Effect> = maximal.iter().map(|(_, e)| e.clone()).collect();
+        if !touching.iter().any(|(o, _)| o.acked) || maximal.iter().all(|(o, _)| !o.acked) {
+            // Only unacknowledged operations could be last: any of them may never have been
+            // logged, so the state before them is possible too.
+            valid.push(Effect::Absent);
+            valid.extend(touching.iter().filter(|(o, _)| o.acked).map(|(_, e)| e.clone()));
+        }
+        let actual = live.get(rk).cloned().map_or(Effect::Absent, Effect::Write);
+        if matches!(actual, Effect::Write(_)) {
+            checked_writes += 1;
+        }
+        if !valid.contains(&actual) {
+            violations.push(format!("identity {rk}: final {actual:?} is not among {} possible outcomes", valid.len()));
+        }
+    }
+    let stray: BTreeSet<&String> = live.keys().filter(|k| !identities.contains_key(*k)).collect();
+    assert!(stray.is_empty(), "seed {seed}: records nobody wrote: {stray:?}");
+    let (calls, injected): (u64, u64) = faulty.iter().map(|f| f.counts()).fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1));
+    eprintln!(
+        "checker {backend:?} seed {seed}: {} ops ({} acknowledged) by {clients} clients on {instances} instances in {issued_secs:.1} s; \
+         {calls} storage calls, {injected} faults injected; {} identities, {checked_writes} live, {} rows; {} violations",
+        history.len(),
+        history.iter().filter(|o| o.acked).count(),
+        identities.len(),
+        rows.len(),
+        violations.len()
+    );
+    assert!(violations.is_empty(), "seed {seed}: {:#?}", &violations[..violations.len().min(10)]);
+}
+
+fn env_u64(name: &str) -> Option<u64> {
+    std::env::var(name).ok().and_then(|v| v.parse().ok())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn randomized_checker_finds_no_violation() {
+    let seed = env_u64("TC_CHECKER_SEED").unwrap_or(20261121);
+    for backend in common::backends() {
+        let default_ops = if backend == common::Backend::Local { 1500 } else { 400 };
+        let ops = env_u64("TC_CHECKER_OPS").map_or(default_ops, |n| n as usize);
+        check(backend, Run { seed, ops, clients: 4, instances: 3 }).await;
+    }
+}
+
