@@ -19,6 +19,19 @@ use super::{Cli, Command, FormatArg};
 
 pub async fn run(cli: Cli) -> Result<ExitCode> {
     let config = cli.catalog.config();
+    if let Command::Handler = cli.command {
+        // Bind before opening the catalog: the host probes the port from the start, and
+        // connections wait in the backlog until the router serves them.
+        let port = std::env::var(settings::CUSTOMHANDLER_PORT)
+            .with_context(|| format!("{} is not set (the Functions host sets it)", settings::CUSTOMHANDLER_PORT))?;
+        let port: u16 = port.trim().parse().with_context(|| format!("{}: '{port}' is not a port", settings::CUSTOMHANDLER_PORT))?;
+        let listener = tokio::net::TcpListener::bind(("127.0.0.1", port)).await.with_context(|| format!("binding 127.0.0.1:{port}"))?;
+        let catalog = Arc::new(config.open().await.context("opening the catalog")?);
+        tracing::info!(port, "custom handler listening");
+        let app = table_catalog::functions::handler_router(catalog);
+        axum::serve(listener, app).with_graceful_shutdown(server::shutdown_signal()).await?;
+        return Ok(ExitCode::SUCCESS);
+    }
     let catalog = Arc::new(config.open().await.context("opening the catalog")?);
     match cli.command {
         Command::Serve { listen, import, sweep_interval } => {
@@ -32,15 +45,7 @@ pub async fn run(cli: Cli) -> Result<ExitCode> {
             let opts = ServeOptions { sweep_interval: Duration::from_secs(sweep_interval.max(1)), ..ServeOptions::default() };
             server::serve(catalog, listener, opts, server::shutdown_signal()).await?;
         }
-        Command::Handler => {
-            let port = std::env::var(settings::CUSTOMHANDLER_PORT)
-                .with_context(|| format!("{} is not set (the Functions host sets it)", settings::CUSTOMHANDLER_PORT))?;
-            let port: u16 = port.trim().parse().with_context(|| format!("{}: '{port}' is not a port", settings::CUSTOMHANDLER_PORT))?;
-            let listener = tokio::net::TcpListener::bind(("127.0.0.1", port)).await.with_context(|| format!("binding 127.0.0.1:{port}"))?;
-            tracing::info!(port, "custom handler listening");
-            let app = table_catalog::functions::handler_router(catalog);
-            axum::serve(listener, app).with_graceful_shutdown(server::shutdown_signal()).await?;
-        }
+        Command::Handler => {} // served above, before the catalog is opened
         Command::Import { file, batch, format, no_apply, print_acks } => {
             let format = format.map(|f| match f {
                 FormatArg::Csv => Format::Csv,
