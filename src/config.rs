@@ -40,10 +40,7 @@ pub struct Names {
 
 /// Checks an Azure table name: alphanumeric, 3-63 characters, starting with a letter.
 pub fn validate_table_name(setting: &str, name: &str) -> Result<()> {
-    let ok = (3..=63).contains(&name.len())
-        && name.starts_with(|c: char| c.is_ascii_alphabetic())
-        && name.chars().all(|c| c.is_ascii_alphanumeric());
-    if ok {
+    if crate::store::check_table_name(name).is_ok() {
         Ok(())
     } else {
         Err(Error::Config(format!(
@@ -55,12 +52,8 @@ pub fn validate_table_name(setting: &str, name: &str) -> Result<()> {
 /// Checks an Azure queue name: lowercase letters, digits and single dashes, 3-63
 /// characters, starting and ending with a letter or digit. The poison queue adds 7.
 pub fn validate_queue_name(setting: &str, name: &str) -> Result<()> {
-    let ok = (3..=56).contains(&name.len())
-        && name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
-        && !name.starts_with('-')
-        && !name.ends_with('-')
-        && !name.contains("--");
-    if ok {
+    // The poison queue name adds 7 characters, so 56 is the longest usable name.
+    if name.len() <= 56 && crate::store::check_queue_name(name).is_ok() {
         Ok(())
     } else {
         Err(Error::Config(format!(

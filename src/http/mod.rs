@@ -127,8 +127,13 @@ fn record_body(headers: &HeaderMap, body: Result<Bytes, BytesRejection>) -> Resu
     }
 }
 
+/// 202 when logged; when applied (`wait`), 201 for writes that store a record, 200 for deletes.
 fn written(w: Written) -> Response {
-    let status = if w.applied { StatusCode::CREATED } else { StatusCode::ACCEPTED };
+    let status = match (w.applied, w.record.is_some()) {
+        (false, _) => StatusCode::ACCEPTED,
+        (true, true) => StatusCode::CREATED,
+        (true, false) => StatusCode::OK,
+    };
     (status, Json(w)).into_response()
 }
 

@@ -38,6 +38,7 @@ pub fn tricky_keys() -> Vec<String> {
 pub async fn run_all(store: &dyn Store) {
     entity_crud(store).await;
     typed_values_round_trip(store).await;
+    entity_limits(store).await;
     tricky_keys_everywhere(store).await;
     conditional_writes(store).await;
     paging(store).await;
@@ -103,6 +104,38 @@ pub async fn typed_values_round_trip(store: &dyn Store) {
             _ => assert_eq!(want, have, "property {name}"),
         }
     }
+    store.delete_table(&t).await.unwrap();
+}
+
+/// The Table service's entity limits, checked before I/O (Azurite enforces only some).
+pub async fn entity_limits(store: &dyn Store) {
+    let t = unique_table("limits");
+    store.create_table(&t).await.unwrap();
+    let mut full = Entity::new("p", "full");
+    for i in 0..252 {
+        full.properties.insert(format!("p{i}"), Value::Int32(i));
+    }
+    store.insert(&t, &full).await.expect("252 properties");
+    let mut over = full.clone();
+    over.row_key = "over".into();
+    over.properties.insert("one_more".into(), Value::Int32(0));
+    let bad = [
+        over,
+        e("p", "name1", 0).with("1abc", Value::Int32(1)),
+        e("p", "name2", 0).with("a-b", Value::Int32(1)),
+        e("p", "name3", 0).with("x".repeat(256), Value::Int32(1)),
+        e("p", "str", 0).with("s", Value::String("é".repeat(32 * 1024 + 1))),
+        e("p", "bin", 0).with("b", Value::Binary(vec![0; 64 * 1024 + 1])),
+        (0..20).fold(e("p", "big", 0), |acc, i| acc.with(format!("s{i}"), Value::String("x".repeat(30_000)))),
+    ];
+    for entity in bad {
+        let rk = entity.row_key.clone();
+        assert!(matches!(store.insert(&t, &entity).await, Err(StoreError::InvalidInput(_))), "insert {rk}");
+        assert!(matches!(store.upsert(&t, &entity).await, Err(StoreError::InvalidInput(_))), "upsert {rk}");
+        assert!(matches!(store.batch(&t, "p", &[BatchOp::Insert(entity)]).await, Err(StoreError::InvalidInput(_))), "batch {rk}");
+        assert_eq!(store.get(&t, "p", &rk).await.unwrap(), None, "{rk} not written");
+    }
+    store.insert(&t, &e("p", "ok", 0).with("s", Value::String("😀".repeat(16 * 1024)))).await.expect("32,768 UTF-16 units");
     store.delete_table(&t).await.unwrap();
 }
 

@@ -199,6 +199,7 @@ fn check_if_match(current: Option<String>, if_match: &IfMatch, what: &str) -> St
 }
 
 fn write_entity(conn: &Connection, table: &str, e: &Entity) -> StoreResult<ETag> {
+    super::value::check_entity(e)?;
     let etag = new_etag();
     conn.execute(
         "INSERT OR REPLACE INTO entities (tbl, pk, rk, etag, props) VALUES (?1, ?2, ?3, ?4, ?5)",
@@ -260,6 +261,7 @@ fn page_from(rows: Vec<Entity>, limit: usize) -> Page {
 #[async_trait]
 impl TableStore for LocalStore {
     async fn create_table(&self, table: &str) -> StoreResult<()> {
+        super::check_table_name(table)?;
         let t = table.to_lowercase();
         self.with(move |c| c.execute("INSERT OR IGNORE INTO tables (name) VALUES (?1)", [t]).map(|_| ()).map_err(db_err)).await
     }
@@ -404,6 +406,11 @@ impl TableStore for LocalStore {
 
     async fn batch(&self, table: &str, partition_key: &str, ops: &[BatchOp]) -> StoreResult<Vec<Option<ETag>>> {
         validate_batch(partition_key, ops)?;
+        for op in ops {
+            if let BatchOp::Insert(e) | BatchOp::Upsert(e) | BatchOp::Replace(e, _) = op {
+                super::value::check_entity(e)?;
+            }
+        }
         let (t, pk, ops) = (table.to_lowercase(), partition_key.to_string(), ops.to_vec());
         self.with(move |c| {
             let tx = c.transaction_with_behavior(TransactionBehavior::Immediate).map_err(db_err)?;
@@ -449,6 +456,7 @@ fn check_receipt(conn: &Connection, queue: &str, id: &str, pop_receipt: &str) ->
 #[async_trait]
 impl QueueStore for LocalStore {
     async fn create_queue(&self, queue: &str) -> StoreResult<()> {
+        super::check_queue_name(queue)?;
         let q = queue.to_string();
         self.with(move |c| c.execute("INSERT OR IGNORE INTO queues (name) VALUES (?1)", [q]).map(|_| ()).map_err(db_err)).await
     }

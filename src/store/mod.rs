@@ -311,3 +311,31 @@ pub fn validate_receive(max: usize, visibility: Duration) -> StoreResult<()> {
     }
     Ok(())
 }
+
+/// Checks a table name before I/O: 3-63 letters and digits, starting with a letter (the
+/// service answers an invalid name with a 400 without an error code).
+pub fn check_table_name(table: &str) -> StoreResult<()> {
+    let ok = (3..=63).contains(&table.len())
+        && table.starts_with(|c: char| c.is_ascii_alphabetic())
+        && table.chars().all(|c| c.is_ascii_alphanumeric());
+    if ok {
+        Ok(())
+    } else {
+        Err(StoreError::InvalidInput(format!("table name {table:?} is invalid: 3-63 letters and digits, starting with a letter")))
+    }
+}
+
+/// Checks a queue name before I/O: 3-63 lowercase letters, digits and single dashes,
+/// starting and ending with a letter or digit.
+pub fn check_queue_name(queue: &str) -> StoreResult<()> {
+    let ok = (3..=63).contains(&queue.len())
+        && queue.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+        && !queue.starts_with('-')
+        && !queue.ends_with('-')
+        && !queue.contains("--");
+    if ok {
+        Ok(())
+    } else {
+        Err(StoreError::InvalidInput(format!("queue name {queue:?} is invalid: 3-63 lowercase letters, digits and single dashes")))
+    }
+}

@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 
-use super::ETag;
+use super::{ETag, StoreError, StoreResult};
 
 /// A typed property value. Null properties are not stored by the Table service, so there is
 /// no null variant.
@@ -111,3 +111,69 @@ impl Entity {
                 .sum::<usize>()
     }
 }
+
+// ---- entity limits, checked by every backend before I/O ----
+
+/// Most user properties of an entity (255 including PartitionKey, RowKey, Timestamp).
+pub const MAX_PROPERTIES: usize = 252;
+/// Largest entity, as [`Entity::stored_size`] counts it.
+pub const MAX_ENTITY_BYTES: usize = 1024 * 1024;
+/// Longest `Edm.String`, in UTF-16 code units (64 KiB).
+pub const MAX_STRING_UNITS: usize = 32 * 1024;
+/// Largest `Edm.Binary`, in bytes.
+pub const MAX_BINARY_BYTES: usize = 64 * 1024;
+/// Longest property name, in characters.
+pub const MAX_NAME_CHARS: usize = 255;
+
+/// Property names: C# identifiers of at most 255 characters, and none that would collide
+/// with the keys or the OData metadata in the JSON object (a property called `PartitionKey`
+/// would overwrite the key; `odata.*` and `x@odata.type` are not identifiers). Azurite checks none of this (Azurite#955); Azure does.
+fn check_property_name(name: &str) -> StoreResult<()> {
+    if ["PartitionKey", "RowKey", "Timestamp"].contains(&name) {
+        return Err(StoreError::InvalidInput(format!(
+            "property name {name:?} is reserved (PartitionKey, RowKey, Timestamp)"
+        )));
+    }
+    let mut chars = name.chars();
+    let identifier =
+        chars.next().is_some_and(|c| c.is_alphabetic() || c == '_') && chars.all(|c| c.is_alphanumeric() || c == '_');
+    if !identifier || name.chars().count() > MAX_NAME_CHARS {
+        return Err(StoreError::InvalidInput(format!(
+            "property name {name:?} is invalid: a letter or '_' followed by letters, digits or '_', at most {MAX_NAME_CHARS} characters"
+        )));
+    }
+    Ok(())
+}
+
+/// The Table service's entity limits ("Understanding the Table service data model"),
+/// checked before I/O because Azurite enforces only some of them (more than 252 properties
+/// and 1 MiB entities pass on insert there, Azurite#1446).
+pub fn check_entity(entity: &Entity) -> StoreResult<()> {
+    if entity.properties.len() > MAX_PROPERTIES {
+        return Err(StoreError::InvalidInput(format!(
+            "entity has {} properties, the limit is {MAX_PROPERTIES} (TooManyProperties)",
+            entity.properties.len()
+        )));
+    }
+    for (name, value) in &entity.properties {
+        check_property_name(name)?;
+        let too_large = match value {
+            Value::String(s) => s.encode_utf16().count() > MAX_STRING_UNITS,
+            Value::Binary(b) => b.len() > MAX_BINARY_BYTES,
+            _ => false,
+        };
+        if too_large {
+            return Err(StoreError::InvalidInput(format!(
+                "property {name:?} exceeds 64 KiB (strings: {MAX_STRING_UNITS} UTF-16 code units, binary: {MAX_BINARY_BYTES} bytes; PropertyValueTooLarge)"
+            )));
+        }
+    }
+    let size = entity.stored_size();
+    if size > MAX_ENTITY_BYTES {
+        return Err(StoreError::InvalidInput(format!(
+            "entity is {size} bytes as stored (strings count 2 bytes per UTF-16 code unit), the limit is {MAX_ENTITY_BYTES} (EntityTooLarge)"
+        )));
+    }
+    Ok(())
+}
+

@@ -14,6 +14,7 @@
 use base64::Engine as _;
 use serde_json::{Map, Number, Value as Json};
 
+use crate::store::value::check_entity;
 use crate::store::{ETag, Entity, Properties, RowRange, StoreError, StoreResult, Value};
 
 /// A JSON entity as the crates read and write it.
@@ -43,69 +44,6 @@ pub(crate) fn partition_filter(partition_key: &str, range: &RowRange) -> String 
         }
     }
     filter
-}
-
-/// Most user properties of an entity (255 including PartitionKey, RowKey, Timestamp).
-pub(crate) const MAX_PROPERTIES: usize = 252;
-/// Largest entity, as [`Entity::stored_size`] counts it.
-pub(crate) const MAX_ENTITY_BYTES: usize = 1024 * 1024;
-/// Longest `Edm.String`, in UTF-16 code units (64 KiB).
-pub(crate) const MAX_STRING_UNITS: usize = 32 * 1024;
-/// Largest `Edm.Binary`, in bytes.
-pub(crate) const MAX_BINARY_BYTES: usize = 64 * 1024;
-/// Longest property name, in characters.
-pub(crate) const MAX_NAME_CHARS: usize = 255;
-
-/// Property names: C# identifiers of at most 255 characters, and none that would collide
-/// with the keys or the OData metadata in the JSON object (a property called `PartitionKey`
-/// would overwrite the key; `odata.*` and `x@odata.type` are not identifiers). Azurite checks none of this (Azurite#955); Azure does.
-fn check_property_name(name: &str) -> StoreResult<()> {
-    if SYSTEM_PROPERTIES.contains(&name) {
-        return Err(StoreError::InvalidInput(format!(
-            "property name {name:?} is reserved (PartitionKey, RowKey, Timestamp)"
-        )));
-    }
-    let mut chars = name.chars();
-    let identifier =
-        chars.next().is_some_and(|c| c.is_alphabetic() || c == '_') && chars.all(|c| c.is_alphanumeric() || c == '_');
-    if !identifier || name.chars().count() > MAX_NAME_CHARS {
-        return Err(StoreError::InvalidInput(format!(
-            "property name {name:?} is invalid: a letter or '_' followed by letters, digits or '_', at most {MAX_NAME_CHARS} characters"
-        )));
-    }
-    Ok(())
-}
-
-/// The Table service's entity limits ("Understanding the Table service data model"),
-/// checked before I/O because Azurite enforces only some of them (more than 252 properties
-/// and 1 MiB entities pass on insert there, Azurite#1446).
-pub(crate) fn check_entity(entity: &Entity) -> StoreResult<()> {
-    if entity.properties.len() > MAX_PROPERTIES {
-        return Err(StoreError::InvalidInput(format!(
-            "entity has {} properties, the limit is {MAX_PROPERTIES} (TooManyProperties)",
-            entity.properties.len()
-        )));
-    }
-    for (name, value) in &entity.properties {
-        check_property_name(name)?;
-        let too_large = match value {
-            Value::String(s) => s.encode_utf16().count() > MAX_STRING_UNITS,
-            Value::Binary(b) => b.len() > MAX_BINARY_BYTES,
-            _ => false,
-        };
-        if too_large {
-            return Err(StoreError::InvalidInput(format!(
-                "property {name:?} exceeds 64 KiB (strings: {MAX_STRING_UNITS} UTF-16 code units, binary: {MAX_BINARY_BYTES} bytes; PropertyValueTooLarge)"
-            )));
-        }
-    }
-    let size = entity.stored_size();
-    if size > MAX_ENTITY_BYTES {
-        return Err(StoreError::InvalidInput(format!(
-            "entity is {size} bytes as stored (strings count 2 bytes per UTF-16 code unit), the limit is {MAX_ENTITY_BYTES} (EntityTooLarge)"
-        )));
-    }
-    Ok(())
 }
 
 /// The JSON body of a write: keys plus annotated properties. Checks the entity limits first.

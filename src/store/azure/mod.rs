@@ -35,6 +35,7 @@ use azure_storage::{CloudLocation, StorageCredentials};
 use azure_storage_queues::{QueueServiceClient, QueueServiceClientBuilder};
 
 use crate::store::{StoreError, StoreResult};
+pub(crate) use crate::store::{check_queue_name, check_table_name};
 pub use conn::{CredentialKind, DEV_ACCOUNT, DEV_ACCOUNT_KEY};
 pub use retry::RetryPolicy;
 
@@ -164,37 +165,6 @@ impl fmt::Debug for AzureStore {
     }
 }
 
-/// Table names: 3-63 letters and digits, starting with a letter (checked before I/O; the
-/// service would answer 400 without an error code).
-fn check_table_name(table: &str) -> StoreResult<()> {
-    let ok = (3..=63).contains(&table.len())
-        && table.starts_with(|c: char| c.is_ascii_alphabetic())
-        && table.chars().all(|c| c.is_ascii_alphanumeric());
-    if ok {
-        Ok(())
-    } else {
-        Err(StoreError::InvalidInput(format!(
-            "table name {table:?} is invalid: 3-63 letters and digits, starting with a letter"
-        )))
-    }
-}
-
-/// Queue names: 3-63 lowercase letters, digits and single dashes, starting and ending with
-/// a letter or digit.
-fn check_queue_name(queue: &str) -> StoreResult<()> {
-    let ok = (3..=63).contains(&queue.len())
-        && queue.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
-        && !queue.starts_with('-')
-        && !queue.ends_with('-')
-        && !queue.contains("--");
-    if ok {
-        Ok(())
-    } else {
-        Err(StoreError::InvalidInput(format!(
-            "queue name {queue:?} is invalid: 3-63 lowercase letters, digits and single dashes"
-        )))
-    }
-}
 
 #[cfg(test)]
 mod tests {
