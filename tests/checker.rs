@@ -145,7 +145,7 @@ fn add_faults(f: &FaultStore, catalog_table: &str) {
     f.add(Rule::new(&writes, Trigger::Probability(0.02), Fault::CommitThenFail(unavailable())));
     f.add(Rule::new(&[], Trigger::Probability(0.05), Fault::Delay(Duration::from_millis(3))));
     // Freeze an applier mid fan-out for longer than its lease.
-    f.add(Rule::new(&[OpKind::Replace, OpKind::Insert], Trigger::Probability(0.003), Fault::Delay(Duration::from_millis(700))).on(catalog_table));
+    f.add(Rule::new(&[OpKind::Replace, OpKind::Insert], Trigger::Probability(0.02), Fault::Delay(Duration::from_millis(700))).on(catalog_table));
 }
 
 async fn check(backend: common::Backend, run: Run) {
@@ -184,8 +184,8 @@ async fn check(backend: common::Backend, run: Run) {
                 let wait = rng.gen_bool(0.1);
                 let roll = rng.gen_range(0..100);
                 let kind = match roll {
-                    0..=44 => Kind::Upsert(u.record(&mut rng, client)),
-                    45..=64 => {
+                    0..=54 => Kind::Upsert(u.record(&mut rng, client)),
+                    55..=74 => {
                         let r = u.record(&mut rng, client);
                         let f = if rng.gen_bool(0.5) { ("icao".to_string(), r["icao"].as_str().unwrap().to_string()) } else { u.filter(&mut rng) };
                         Kind::Replace(f, r)
@@ -325,7 +325,7 @@ fn env_u64(name: &str) -> Option<u64> {
 async fn randomized_checker_finds_no_violation() {
     let seed = env_u64("TC_CHECKER_SEED").unwrap_or(20261121);
     for backend in common::backends() {
-        let default_ops = if backend == common::Backend::Local { 1500 } else { 400 };
+        let default_ops = if backend == common::Backend::Local { 1000 } else { 300 };
         let ops = env_u64("TC_CHECKER_OPS").map_or(default_ops, |n| n as usize);
         check(backend, Run { seed, ops, clients: 4, instances: 3 }).await;
     }
