@@ -259,12 +259,12 @@ impl Catalog {
         let deadline = Instant::now() + self.opts.wait_timeout;
         let mut delay = Duration::from_millis(5);
         loop {
-            if let DrainOutcome::Drained { .. } = self.wal.apply_pending().await? {
-                if !self.wal.is_pending(id).await? {
-                    return Ok(true);
-                }
-            } else if !self.wal.is_pending(id).await? {
-                return Ok(true);
+            let _ = self.wal.apply_pending().await?;
+            if !self.wal.is_pending(id).await? {
+                return match self.wal.dead_reason(id).await? {
+                    None => Ok(true),
+                    Some(reason) => Err(Error::Invalid(format!("write {id} was logged but cannot be applied: {reason}"))),
+                };
             }
             if Instant::now() >= deadline {
                 return Err(Error::Timeout(format!(

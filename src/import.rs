@@ -16,6 +16,10 @@ use crate::error::{Error, Result};
 use crate::record::Record;
 use crate::schema::Schema;
 
+/// One input row: its 1-based number (the line of a JSON-lines file, the data row of a CSV
+/// file) and the record, or why it cannot be one.
+pub type Row = (usize, std::result::Result<Record, String>);
+
 /// Records per WAL append (each append writes entity group transactions of 100 entries).
 pub const DEFAULT_BATCH: usize = 500;
 
@@ -76,11 +80,14 @@ fn canonical_number(s: &str) -> Option<Number> {
     if let Ok(i) = s.parse::<i64>() {
         return Some(Number::from(i));
     }
+    if let Ok(u) = s.parse::<u64>() {
+        return Some(Number::from(u));
+    }
     s.parse::<f64>().ok().filter(|f| f.is_finite()).and_then(Number::from_f64)
 }
 
 /// Reads records from a file: rows of data, or per-row errors.
-pub fn read_file(path: &Path, format: Format, schema: &Schema) -> Result<Vec<std::result::Result<Record, String>>> {
+pub fn read_file(path: &Path, format: Format, schema: &Schema) -> Result<Vec<Row>> {
     let text = std::fs::read(path).map_err(|e| Error::invalid(format!("{}: {e}", path.display())))?;
     match format {
         Format::JsonLines => Ok(read_json_lines(&text)),
@@ -88,24 +95,37 @@ pub fn read_file(path: &Path, format: Format, schema: &Schema) -> Result<Vec<std
     }
 }
 
-/// Parses JSON lines (blank lines skipped).
-pub fn read_json_lines(bytes: &[u8]) -> Vec<std::result::Result<Record, String>> {
-    String::from_utf8_lossy(bytes)
-        .lines()
-        .filter(|l| !l.trim().is_empty())
-        .map(|l| match serde_json::from_str::<Json>(l) {
-            Ok(Json::Object(r)) => Ok(r),
-            Ok(_) => Err("not a JSON object".to_string()),
-            Err(e) => Err(format!("invalid JSON: {e}")),
+/// Parses JSON lines, numbered by line (blank lines skipped; a line that is not UTF-8 is
+/// rejected, never repaired).
+pub fn read_json_lines(bytes: &[u8]) -> Vec<Row> {
+    bytes
+        .split(|b| *b == b'\n')
+        .enumerate()
+        .filter(|(_, l)| !l.iter().all(u8::is_ascii_whitespace))
+        .map(|(i, l)| {
+            let parsed = match std::str::from_utf8(l) {
+                Err(_) => Err("line is not valid UTF-8".to_string()),
+                Ok(text) => match serde_json::from_str::<Json>(text) {
+                    Ok(Json::Object(r)) => Ok(r),
+                    Ok(_) => Err("not a JSON object".to_string()),
+                    Err(e) => Err(format!("invalid JSON: {e}")),
+                },
+            };
+            (i + 1, parsed)
         })
         .collect()
 }
 
 /// Parses CSV with a header; numeric columns (see the module docs) become numbers.
-pub fn read_csv(bytes: &[u8], schema: &Schema) -> Result<Vec<std::result::Result<Record, String>>> {
+pub fn read_csv(bytes: &[u8], schema: &Schema) -> Result<Vec<Row>> {
     let mut reader = csv::ReaderBuilder::new().has_headers(true).flexible(false).from_reader(bytes);
     let headers: Vec<String> =
         reader.headers().map_err(|e| Error::invalid(format!("CSV header: {e}")))?.iter().map(String::from).collect();
+    for (i, h) in headers.iter().enumerate() {
+        if headers[..i].contains(h) {
+            return Err(Error::invalid(format!("CSV header: column '{h}' appears more than once")));
+        }
+    }
     let rows: Vec<std::result::Result<csv::StringRecord, String>> =
         reader.records().map(|r| r.map_err(|e| format!("CSV: {e}"))).collect();
     let numeric: Vec<bool> = headers
@@ -120,8 +140,10 @@ pub fn read_csv(bytes: &[u8], schema: &Schema) -> Result<Vec<std::result::Result
         .collect();
     Ok(rows
         .into_iter()
-        .map(|row| {
-            let row = row?;
+        .enumerate()
+        .map(|(n, row)| (n + 1, row))
+        .map(|(n, row)| {
+            let Ok(row) = row else { return (n, row.map(|_| Record::new())) };
             let mut record = Map::new();
             for (i, cell) in row.iter().enumerate() {
                 let value = match canonical_number(cell) {
@@ -130,7 +152,7 @@ pub fn read_csv(bytes: &[u8], schema: &Schema) -> Result<Vec<std::result::Result
                 };
                 record.insert(headers[i].clone(), value);
             }
-            Ok(record)
+            (n, Ok(record))
         })
         .collect())
 }
@@ -140,7 +162,7 @@ pub fn read_csv(bytes: &[u8], schema: &Schema) -> Result<Vec<std::result::Result
 /// with their reason; the rest are logged.
 pub async fn import_rows(
     catalog: &Catalog,
-    rows: Vec<std::result::Result<Record, String>>,
+    rows: Vec<Row>,
     batch: usize,
     mut progress: impl FnMut(usize),
 ) -> Result<Summary> {
@@ -148,17 +170,17 @@ pub async fn import_rows(
     let mut summary = Summary { read: rows.len(), ..Summary::default() };
     let mut done = 0;
     let mut chunk_rows = Vec::with_capacity(batch);
-    let mut iter = rows.into_iter().enumerate().peekable();
+    let mut iter = rows.into_iter().peekable();
     while iter.peek().is_some() {
         chunk_rows.clear();
         let mut numbers = Vec::new();
-        for (i, row) in iter.by_ref().take(batch.max(1)) {
+        for (n, row) in iter.by_ref().take(batch.max(1)) {
             match row {
                 Ok(r) => {
-                    numbers.push(i + 1);
+                    numbers.push(n);
                     chunk_rows.push(r);
                 }
-                Err(reason) => summary.rejected.push(Rejected { row: i + 1, reason }),
+                Err(reason) => summary.rejected.push(Rejected { row: n, reason }),
             }
             done += 1;
         }
@@ -185,13 +207,13 @@ mod tests {
         let schema = Schema::new(vec!["icao".into(), "lid".into()], "name").unwrap();
         let csv = "icao,name,elevation,lat,code,lid\n00AA,A,3435,38.7,007,0001\n00AK,B,,-151.5,12,00AK\n";
         let rows = read_csv(csv.as_bytes(), &schema).unwrap();
-        let a = rows[0].as_ref().unwrap();
+        let a = rows[0].1.as_ref().unwrap();
         assert_eq!(a["icao"], "00AA");
         assert_eq!(a["elevation"], 3435);
         assert_eq!(a["lat"], 38.7);
         assert_eq!(a["code"], "007");
         assert_eq!(a["lid"], "0001");
-        let b = rows[1].as_ref().unwrap();
+        let b = rows[1].1.as_ref().unwrap();
         assert_eq!(b["elevation"], "");
         assert_eq!(b["lat"], -151.5);
         assert_eq!(b["code"], "12");
@@ -199,11 +221,12 @@ mod tests {
 
     #[test]
     fn json_lines_report_bad_lines() {
-        let rows = read_json_lines(b"{\"a\":1}\n\n[1]\n{bad\n");
-        assert_eq!(rows.len(), 3);
-        assert!(rows[0].is_ok());
-        assert_eq!(rows[1].as_ref().unwrap_err(), "not a JSON object");
-        assert!(rows[2].as_ref().unwrap_err().starts_with("invalid JSON"));
+        let rows = read_json_lines(b"{\"a\":1}\n\n[1]\n{bad\n{\"z\":\"\xfc\"}\n");
+        assert_eq!(rows.len(), 4);
+        assert!(rows[0].1.is_ok());
+        assert_eq!((rows[1].0, rows[1].1.as_ref().unwrap_err().as_str()), (3, "not a JSON object"));
+        assert!(rows[2].1.as_ref().unwrap_err().starts_with("invalid JSON"));
+        assert_eq!(rows[3].1.as_ref().unwrap_err(), "line is not valid UTF-8");
     }
 
     #[test]

@@ -127,13 +127,16 @@ pub fn row_key(field: &str, sort_value: &str, fingerprint: &str) -> Result<Strin
 /// that extend `from` with a character sorting before `:`, such as a space: `row_from=john`
 /// would miss "john f kennedy".)
 pub fn row_from_bound(from: &str) -> String {
-    escape_key(&from.to_lowercase())
+    // Greek sigma lowercases to 'ς' or 'σ' depending on what follows it, so the same sort
+    // value can appear with either in a RowKey; the lower bound takes the smaller ('ς').
+    escape_key(&from.to_lowercase().replace('σ', "ς"))
 }
 
 /// Inclusive upper RowKey bound for records whose sort value is at most `to`
 /// (`RowKey le '{to}:z'`; `z` sorts after every hex digit of the fingerprint).
 pub fn row_to_bound(to: &str) -> String {
-    escape_key(&format!("{}:z", to.to_lowercase()))
+    // The upper bound takes the larger sigma ('σ'); see `row_from_bound`.
+    escape_key(&format!("{to}:z").to_lowercase().replace('ς', "σ"))
 }
 
 /// The string form of a JSON value used in keys, matching Python's `str()` as the reference

@@ -38,6 +38,10 @@ pub const MAX_NAME_CHARS: usize = 255;
 pub const MAX_STRING_UTF16: usize = 32 * 1024;
 /// Largest record, as compact JSON, in bytes.
 pub const MAX_RECORD_BYTES: usize = 256 * 1024;
+/// Deepest nesting of arrays and objects inside a record (the record itself is level 1).
+pub const MAX_DEPTH: usize = 64;
+/// Room kept in [`META`] for the WAL id and the flags, in UTF-16 units.
+const META_RESERVE: usize = 256;
 
 /// Names the Table service reserves for system properties.
 const SYSTEM_NAMES: [&str; 4] = ["PartitionKey", "RowKey", "Timestamp", "ETag"];
@@ -91,16 +95,30 @@ pub fn validate(record: &Record) -> Result<()> {
     if record.len() > MAX_FIELDS {
         return Err(Error::invalid(format!("record has {} fields; the limit is {MAX_FIELDS}", record.len())));
     }
+    let mut json_names_units = 0;
     for (name, value) in record {
         validate_field_name(name)?;
-        if let Json::String(s) = value {
-            let units = s.encode_utf16().count();
-            if units > MAX_STRING_UTF16 {
-                return Err(Error::TooLarge(format!(
-                    "field '{name}' is {units} UTF-16 code units; the limit is {MAX_STRING_UTF16} (64 KiB)"
-                )));
-            }
+        if depth(value) + 1 > MAX_DEPTH {
+            return Err(Error::invalid(format!("field '{name}' is nested more than {MAX_DEPTH} levels deep")));
         }
+        // Each field becomes one string property: the text itself, or its JSON text.
+        let (units, what) = match value {
+            Json::String(s) => (s.encode_utf16().count(), "UTF-16 code units"),
+            other if typed(other).is_none() => {
+                json_names_units += name.len() + 3;
+                (other.to_string().encode_utf16().count(), "UTF-16 code units as JSON text")
+            }
+            _ => (0, ""),
+        };
+        if units > MAX_STRING_UTF16 {
+            return Err(Error::TooLarge(format!("field '{name}' is {units} {what}; the limit is {MAX_STRING_UTF16} (64 KiB)")));
+        }
+    }
+    if json_names_units + META_RESERVE > MAX_STRING_UTF16 {
+        return Err(Error::TooLarge(format!(
+            "record has too many null, nested or very large numeric fields with long names: their names take {json_names_units} of the {} UTF-16 units the system property can list",
+            MAX_STRING_UTF16 - META_RESERVE
+        )));
     }
     let size = serde_json::to_string(record).map(|s| s.len()).unwrap_or(usize::MAX);
     if size > MAX_RECORD_BYTES {
@@ -109,7 +127,18 @@ pub fn validate(record: &Record) -> Result<()> {
     Ok(())
 }
 
-/// Maps a JSON value to a property value; `None` when it needs JSON text.
+/// Nesting depth of a value (scalars 0, `[]` and `{}` 1).
+fn depth(value: &Json) -> usize {
+    match value {
+        Json::Array(a) => 1 + a.iter().map(depth).max().unwrap_or(0),
+        Json::Object(o) => 1 + o.values().map(depth).max().unwrap_or(0),
+        _ => 0,
+    }
+}
+
+/// Maps a JSON value to a property value; `None` when it needs JSON text (null, nested
+/// values, integers above `i64::MAX`, and `-0.0`, whose sign a Double does not keep on every
+/// service).
 fn typed(value: &Json) -> Option<Value> {
     match value {
         Json::String(s) => Some(Value::String(s.clone())),
@@ -118,7 +147,7 @@ fn typed(value: &Json) -> Option<Value> {
             if let Some(i) = n.as_i64() {
                 Some(i32::try_from(i).map_or(Value::Int64(i), Value::Int32))
             } else if n.is_f64() {
-                n.as_f64().map(Value::Double)
+                n.as_f64().filter(|f| !(*f == 0.0 && f.is_sign_negative())).map(Value::Double)
             } else {
                 None // u64 above i64::MAX
             }

@@ -14,7 +14,7 @@ async fn every_airport_is_found_by_each_identifier_it_has() {
     let catalog = common::airports_catalog(common::Backend::Local).await;
     let rows = import::read_file(&common::airports_csv(), Format::Csv, catalog.schema()).unwrap();
     assert_eq!(rows.len(), 28_403);
-    let records: Vec<_> = rows.iter().map(|r| r.clone().unwrap()).collect();
+    let records: Vec<_> = rows.iter().map(|(_, r)| r.clone().unwrap()).collect();
     let summary = import::import_rows(&catalog, rows, 500, |_| {}).await.unwrap();
     assert_eq!((summary.logged, summary.rejected.len()), (28_403, 0), "{:?}", summary.rejected.first());
     catalog.recover().await.unwrap();

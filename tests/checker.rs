@@ -77,7 +77,7 @@ impl Universe {
         let rows = read_file(&common::airports_csv(), Format::Csv, &schema).unwrap();
         let airports: Vec<Record> = rows
             .into_iter()
-            .flatten()
+            .filter_map(|(_, r)| r.ok())
             .filter(|r| INDEX.iter().all(|f| r[*f].as_str().is_some_and(|v| !v.is_empty())))
             .step_by(997)
             .take(6)
@@ -145,7 +145,7 @@ fn add_faults(f: &FaultStore, catalog_table: &str) {
     f.add(Rule::new(&writes, Trigger::Probability(0.02), Fault::CommitThenFail(unavailable())));
     f.add(Rule::new(&[], Trigger::Probability(0.05), Fault::Delay(Duration::from_millis(3))));
     // Freeze an applier mid fan-out for longer than its lease.
-    f.add(Rule::new(&[OpKind::Replace, OpKind::Insert], Trigger::Probability(0.02), Fault::Delay(Duration::from_millis(700))).on(catalog_table));
+    f.add(Rule::new(&[OpKind::Get, OpKind::Replace, OpKind::Insert], Trigger::Probability(0.02), Fault::Delay(Duration::from_millis(700))).on(catalog_table));
 }
 
 async fn check(backend: common::Backend, run: Run) {

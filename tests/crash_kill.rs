@@ -35,7 +35,7 @@ async fn sigkill_during_import_loses_no_acknowledged_write() {
     let dir = tempfile::tempdir().unwrap();
     let store = dir.path().join("store");
     let schema = common::airports_schema();
-    let airports: Vec<_> = read_file(&common::airports_csv(), Format::Csv, &schema).unwrap().into_iter().take(AIRPORTS).map(|r| r.unwrap()).collect();
+    let airports: Vec<_> = read_file(&common::airports_csv(), Format::Csv, &schema).unwrap().into_iter().take(AIRPORTS).map(|(_, r)| r.unwrap()).collect();
     // A short lease: a killed importer's lease expires quickly, so the next one takes over.
     let args = ["--name", "kill", "--index-keys", "icao,iata,lid", "--row-key", "name", "--durability", "process", "--lease-secs", "2"];
 

@@ -44,7 +44,7 @@ pub async fn run(args: BenchArgs) -> Result<()> {
     let rows = import::read_file(&args.file, Format::from_path(&args.file), &schema)?;
     let mut values: Vec<String> = rows
         .into_iter()
-        .flatten()
+        .filter_map(|(_, r)| r.ok())
         .filter_map(|r| r.get(&args.field).and_then(table_catalog::keys::key_string).filter(|v| !v.is_empty()))
         .collect();
     if values.is_empty() {

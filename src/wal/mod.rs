@@ -316,6 +316,11 @@ impl Wal {
         }
     }
 
+    /// Why entry `id` was moved to the dead partition, if it was.
+    pub async fn dead_reason(&self, id: &WalId) -> Result<Option<String>> {
+        Ok(self.store.get(&self.table, DEAD, id.as_str()).await?.map(|e| e.str("reason").unwrap_or_default().to_string()))
+    }
+
     /// Entries moved aside because they can never be applied.
     pub async fn dead_count(&self) -> Result<u64> {
         let mut n = 0;

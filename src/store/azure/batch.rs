@@ -10,7 +10,7 @@
 
 use azure_core::Url;
 
-use super::entity::{escape_quotes, to_json};
+use super::entity::{ascii_json, escape_quotes, to_json};
 use super::error::classify;
 use crate::store::{BatchOp, ETag, IfMatch, StoreError, StoreResult, MAX_BATCH_BYTES};
 
@@ -75,6 +75,7 @@ pub(crate) fn build(base: &Url, table: &str, partition_key: &str, ops: &[BatchOp
         match entity {
             Some(e) => {
                 let json = serde_json::to_string(&to_json(e)?)
+                    .map(|j| ascii_json(&j))
                     .map_err(|_| StoreError::InvalidInput(format!("batch: operation {index} cannot be serialized")))?;
                 if matches!(op, BatchOp::Insert(_)) {
                     body.push_str("Prefer: return-no-content\r\n");

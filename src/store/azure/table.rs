@@ -11,7 +11,7 @@ use futures::StreamExt as _;
 
 use super::batch::{self, BatchBody};
 use super::entity::{
-    decode_continuation, encode_continuation, escape_quotes, from_json, partition_filter, same_properties, to_json,
+    decode_continuation, encode_continuation, escape_quotes, from_json, partition_filter, same_properties, to_body, to_json,
     JsonEntity,
 };
 use super::error::{http_status, map_error};
@@ -246,7 +246,7 @@ impl TableStore for AzureStore {
 
     async fn insert(&self, table: &str, entity: &Entity) -> StoreResult<ETag> {
         const WHAT: &str = "insert entity";
-        let body = &to_json(entity)?;
+        let body = &to_body(entity)?;
         let client = &self.table_client(table)?;
         let out = self
             .retry
@@ -270,7 +270,7 @@ impl TableStore for AzureStore {
 
     async fn upsert(&self, table: &str, entity: &Entity) -> StoreResult<ETag> {
         const WHAT: &str = "upsert entity";
-        let body = &to_json(entity)?;
+        let body = &to_body(entity)?;
         let client = &self.entity_client(table, &entity.partition_key, &entity.row_key)?;
         let out = self
             .retry
@@ -285,7 +285,7 @@ impl TableStore for AzureStore {
 
     async fn replace(&self, table: &str, entity: &Entity, if_match: &IfMatch) -> StoreResult<ETag> {
         const WHAT: &str = "replace entity";
-        let body = &to_json(entity)?;
+        let body = &to_body(entity)?;
         let client = &self.entity_client(table, &entity.partition_key, &entity.row_key)?;
         let out = self
             .retry
