@@ -207,7 +207,7 @@ fn bad_connection_strings_name_the_problem() {
             format!("AccountName=acct;AccountKey={key};QueueEndpoint=https://q.example/?sig=x"),
             "QueueEndpoint must not contain a query",
         ),
-        (format!("SharedAccessSignature=sv=1&sig=x;TableEndpoint=https://t.example"), "QueueEndpoint is missing"),
+        ("SharedAccessSignature=sv=1&sig=x;TableEndpoint=https://t.example".to_string(), "QueueEndpoint is missing"),
         ("AccountName=acct;SharedAccessSignature=sv=1".to_string(), "no sig= parameter"),
         (
             format!("UseDevelopmentStorage=true;AccountName=acct;AccountKey={key}"),

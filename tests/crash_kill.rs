@@ -29,6 +29,7 @@ fn bin() -> Command {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[allow(clippy::needless_range_loop)] // `round` is both the round number and the index
 async fn sigkill_during_import_loses_no_acknowledged_write() {
     let seed: u64 = std::env::var("TC_KILL_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(20261121);
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);

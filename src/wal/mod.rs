@@ -387,6 +387,6 @@ mod tests {
     fn intent_marker_keys_are_bounded() {
         assert_eq!(intent_marker_key("abc-123"), "intent:abc-123");
         assert!(intent_marker_key(&"x/".repeat(300)).len() < 50);
-        assert!(intent_marker_key("a") > PENDING_BEFORE.to_string());
+        assert!(intent_marker_key("a").as_str() > PENDING_BEFORE);
     }
 }

@@ -1,0 +1,452 @@
+//! The Functions app end to end, with a test harness playing the Azure Functions host
+//! (`tests/harness`: the host cannot be installed here) and Azurite as the storage account.
+//!
+//! The harness starts the `table-catalog` binary as the custom handler from `host.json` and
+//! `local.settings.json`, forwards HTTP requests to it, delivers apply-queue messages with the
+//! host's payloads and retry/poison rules, and fires the sweep timer. The tests cover: an
+//! airports import over HTTP and lookups by every identifier; a write intent put on the queue
+//! by another service, and its redelivery; a transient storage failure that is retried; bad
+//! messages ending on the poison queue (by the catalog, by the host's decoding, and after
+//! `maxDequeueCount` failures); the timer applying an entry whose hint was lost.
+//!
+//! Needs `TC_TEST_AZURE_CONNECTION` (Azurite, `source scripts/azurite.sh start`): without it
+//! the tests print a note and pass, except under `CI`, where they fail.
+//! `TC_HARNESS_AIRPORTS=N` limits the import to the first N airports (default: all 28,403);
+//! `TC_HARNESS_ECHO=1` prints the handler's output.
+
+mod common;
+mod harness;
+
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+use base64::Engine as _;
+use futures::StreamExt;
+use serde_json::{json, Value};
+use table_catalog::import::{self, Format};
+use table_catalog::record::Record;
+use table_catalog::store::{QueueStore, RowRange};
+use table_catalog::wal::{Op, INTENT_PREFIX, SHARD};
+use table_catalog::{CatalogOptions, Config};
+
+use harness::payload::Verdict;
+use harness::{azurite, Event, Harness, HarnessOptions};
+
+fn b64(text: &str) -> String {
+    base64::engine::general_purpose::STANDARD.encode(text.as_bytes())
+}
+
+fn unb64(text: &str) -> String {
+    String::from_utf8(base64::engine::general_purpose::STANDARD.decode(text).expect("base64")).expect("UTF-8")
+}
+
+fn enc(v: &str) -> String {
+    form_urlencoded::byte_serialize(v.as_bytes()).collect()
+}
+
+fn record(v: Value) -> Record {
+    v.as_object().cloned().expect("a JSON object")
+}
+
+/// The WAL id in an apply log line `intent {msg} logged as {id} and applied`.
+fn logged_wal_id(line: &str) -> Option<String> {
+    let rest = line.split(" logged as ").nth(1)?;
+    Some(rest.split_whitespace().next()?.to_string())
+}
+
+fn deleted(h: &Harness, id: &str) -> bool {
+    h.events().iter().any(|e| matches!(e, Event::Deleted { id: i, .. } if i == id))
+}
+
+fn poisoned(h: &Harness, id: &str) -> bool {
+    h.events().iter().any(|e| matches!(e, Event::Poisoned { id: i, .. } if i == id))
+}
+
+/// Records matching `field=value` through the front end (with the function key, if any).
+async fn lookup(h: &Harness, field: &str, value: &str) -> Vec<Value> {
+    let code = h.options.function_key.as_deref().map(|k| format!("&code={}", enc(k))).unwrap_or_default();
+    let (status, body) = h.get_json(&format!("/api/records?{field}={}&limit=1000{code}", enc(value))).await;
+    assert_eq!(status, 200, "GET {field}={value}: {body}");
+    body["records"].as_array().cloned().unwrap_or_default()
+}
+
+async fn status(h: &Harness) -> Value {
+    let code = h.options.function_key.as_deref().map(|k| format!("?code={}", enc(k))).unwrap_or_default();
+    let (s, body) = h.get_json(&format!("/api/status{code}")).await;
+    assert_eq!(s, 200, "{body}");
+    body
+}
+
+/// (1) Airports imported over HTTP (`POST /api/records/batch` in chunks), applied by the
+/// queue messages the writes enqueue, then found by each identifier through forwarded
+/// `GET /api/records`. Also the front end's own answers: 401 without the key ("Azure mode"),
+/// 404 for what no function serves.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn airports_import_over_http_and_lookups_by_each_identifier() {
+    let Some(cs) = azurite() else { return };
+    let mut opts = HarnessOptions::airports(&cs);
+    let key = format!("k-{}", uuid::Uuid::new_v4().simple());
+    opts.function_key = Some(key.clone());
+    let started = Instant::now();
+    let h = Harness::start(opts).await;
+    let ready = h.handler.ready_after;
+
+    // The host's own answers, before the handler is involved.
+    let (s, body) = h.get_json("/api/health").await;
+    assert_eq!((s, &body), (200, &json!({"status": "ok"})), "anonymous function, no key needed");
+    assert_eq!(h.get_json("/api/status").await.0, 401, "function-level route without a key");
+    assert_eq!(h.get_json(&format!("/api/nothing?code={key}")).await.0, 404);
+    assert_eq!(h.client().delete(h.url(&format!("/api/records/batch?code={key}"))).send().await.unwrap().status(), 404);
+    assert_eq!(h.get_json(&format!("/records?code={key}")).await.0, 404, "routes live under the api prefix");
+    let (s, body) = h.get_json(&format!("/api/wal/20250101T000000000000Z_00000000-0000-0000-0000-000000000000?code={key}")).await;
+    assert!(s == 404 || s == 400, "wal/{{id}} is routed to the handler: {s} {body}");
+    let refused: Vec<_> = h.http_records().into_iter().filter(|r| r.status == 401 || r.forwarded_uri.is_none()).collect();
+    assert_eq!(refused.len(), 4, "401 and 404 answered by the host without forwarding: {refused:?}");
+
+    let schema = common::airports_schema();
+    let rows = import::read_file(&common::airports_csv(), Format::Csv, &schema).unwrap();
+    let records: Vec<Record> = rows.into_iter().map(|(_, r)| r.expect("valid airport row")).collect();
+    assert_eq!(records.len(), 28_403);
+    let n = std::env::var("TC_HARNESS_AIRPORTS").ok().and_then(|v| v.parse().ok()).unwrap_or(records.len()).min(records.len());
+    let records = &records[..n];
+
+    let import_started = Instant::now();
+    let mut wal_ids = BTreeSet::new();
+    for chunk in records.chunks(2_000) {
+        let resp = h
+            .client()
+            .post(h.url("/api/records/batch"))
+            .header("x-functions-key", &key)
+            .json(&chunk)
+            .send()
+            .await
+            .expect("batch POST");
+        let status = resp.status().as_u16();
+        let body: Value = resp.json().await.unwrap();
+        assert_eq!(status, 202, "{body}");
+        let results = body["results"].as_array().unwrap();
+        assert_eq!(results.len(), chunk.len());
+        for r in results {
+            wal_ids.insert(r["id"].as_str().unwrap_or_else(|| panic!("rejected: {r}")).to_string());
+        }
+    }
+    assert_eq!(wal_ids.len(), n, "one WAL id per airport");
+    let import_time = import_started.elapsed();
+
+    // The hints the writes enqueued are delivered to /apply, which applies the WAL.
+    let apply_started = Instant::now();
+    h.wait_queue_drained(Duration::from_secs(600)).await;
+    let deadline = Instant::now() + Duration::from_secs(600);
+    loop {
+        let st = status(&h).await;
+        if st["pending"] == 0 {
+            assert_eq!(st["dead"], 0, "{st}");
+            assert_eq!(st["poison"], 0, "{st}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "still pending: {st}\n{}", h.diagnostics());
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let apply_time = apply_started.elapsed();
+    let invs = h.invocations();
+    assert!(!invs.is_empty(), "the apply function was invoked");
+    assert!(invs.iter().all(|i| i.function == "apply" && i.succeeded()), "{}", h.diagnostics());
+    assert!(invs.iter().all(|i| i.logs().iter().any(|l| l.contains("handled"))), "{}", h.diagnostics());
+    let hints = invs.len();
+
+    // Lookups of a sample by each identifier it has.
+    let lookups_started = Instant::now();
+    let step = (n / 600).max(1);
+    let sample: Vec<&Record> = records.iter().step_by(step).collect();
+    let queries: Vec<(&Record, &str, String)> = sample
+        .iter()
+        .flat_map(|r| {
+            ["icao", "iata", "lid"]
+                .into_iter()
+                .filter_map(move |f| r[f].as_str().filter(|v| !v.is_empty()).map(|v| (*r, f, v.to_string())))
+        })
+        .collect();
+    let h_ref = &h;
+    let misses: Vec<String> = futures::stream::iter(queries.iter())
+        .map(|(r, f, v)| async move {
+            let found = lookup(h_ref, f, v).await;
+            (!found.contains(&Value::Object((*r).clone()))).then(|| format!("{f}={v} does not find {}", r["name"]))
+        })
+        .buffer_unordered(16)
+        .filter_map(|m| async move { m })
+        .collect()
+        .await;
+    assert!(misses.is_empty(), "{} misses, e.g. {:?}", misses.len(), &misses[..misses.len().min(5)]);
+    let lookup_time = lookups_started.elapsed();
+    assert!(queries.len() > sample.len(), "several identifiers per airport on average");
+
+    // What the handler got: the path with /api, the query with `code`, the host headers.
+    let forwarded = h.http_records().into_iter().find(|r| r.uri.starts_with("/api/records?")).unwrap();
+    let fwd = forwarded.forwarded_uri.unwrap();
+    assert!(fwd.starts_with("/api/records?") && fwd.contains(&format!("code={key}")), "{fwd}");
+    assert!(h.bugs().is_empty(), "{:?}", h.bugs());
+    eprintln!(
+        "airports via harness: {n} records; handler ready in {ready:?}; import {import_time:.1?} ({:.0}/s); \
+         applied {apply_time:.1?} after the import via {hints} apply invocations; {} lookups in {lookup_time:.1?}; total {:.1?}",
+        n as f64 / import_time.as_secs_f64(),
+        queries.len(),
+        started.elapsed()
+    );
+    h.stop().await;
+}
+
+/// (2) A write intent another service puts on the queue (base64 JSON, docs/INTENTS.md) is
+/// logged and applied; when its delete is lost and the same message is delivered again, it
+/// is logged once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn queue_intent_is_applied_and_a_redelivered_intent_is_logged_once() {
+    let Some(cs) = azurite() else { return };
+    let h = Harness::start(HarnessOptions::airports(&cs)).await;
+    let airport = json!({"icao": "ZZHA", "iata": "ZHA", "lid": "ZH1", "name": "Harness Field", "city": "Testville", "elevation": 12});
+    let intent = json!({"v": 1, "op": "insert", "record": airport}).to_string();
+
+    h.lose_next_deletes(1);
+    let id = h.put_intent(&intent).await;
+    h.wait_for(Duration::from_secs(60), "the redelivered intent to be deleted", |h| deleted(h, &id)).await;
+
+    let invs = h.invocations_of(&id);
+    assert_eq!(invs.iter().map(|i| i.dequeue_count.unwrap()).collect::<Vec<_>>(), [1, 2], "{}", h.diagnostics());
+    assert!(invs.iter().all(|i| i.succeeded() && i.status == Some(200)), "{}", h.diagnostics());
+    let events = h.events();
+    assert!(events.contains(&Event::DeleteLost { id: id.clone(), dequeue_count: 1 }), "{events:?}");
+    assert!(events.contains(&Event::Deleted { id: id.clone(), dequeue_count: 2 }), "{events:?}");
+
+    // The host payload: the text JSON-quoted inside a JSON string, quoted Id, string count.
+    let req = &invs[0].request;
+    let inner: String = serde_json::from_str(req["Data"]["message"].as_str().unwrap()).unwrap();
+    assert_eq!(inner, intent);
+    assert_eq!(req["Metadata"]["Id"], Value::String(format!("\"{id}\"")));
+    assert_eq!(req["Metadata"]["DequeueCount"], "1");
+    assert_eq!(req["Metadata"]["sys"]["MethodName"], "apply");
+
+    // Both deliveries report the same WAL id.
+    let ids: Vec<String> =
+        invs.iter().map(|i| i.logs().iter().find_map(|l| logged_wal_id(l)).unwrap_or_else(|| panic!("{:?}", i.logs()))).collect();
+    assert_eq!(ids[0], ids[1], "redelivery logged under the same WAL id");
+    let wal_id = ids[0].clone();
+    assert!(invs[0].logs()[0].contains(&format!("intent {id} logged as {wal_id} and applied")), "{:?}", invs[0].logs());
+
+    // Applied: found by each identifier, once.
+    for (f, v) in [("icao", "ZZHA"), ("iata", "ZHA"), ("lid", "ZH1")] {
+        assert_eq!(lookup(&h, f, v).await, vec![airport.clone()], "{f}={v}");
+    }
+    let (s, body) = h.get_json(&format!("/api/wal/{wal_id}")).await;
+    assert_eq!((s, body["state"].as_str()), (200, Some("applied")), "{body}");
+
+    // Logged once: one intent marker, one WAL entry ever (the checkpoint is that entry).
+    let catalog = Config::new(h.catalog_name()).connection_string(cs.clone()).open().await.unwrap();
+    let range = RowRange { from: Some(INTENT_PREFIX.to_string()), before: Some("intent;".into()), ..RowRange::default() };
+    let markers = catalog.store().query_partition(&catalog.names().wal_table, SHARD, &range, 100, None).await.unwrap();
+    assert_eq!(markers.entities.len(), 1, "{:?}", markers.entities);
+    assert_eq!(markers.entities[0].str("id"), Some(wal_id.as_str()));
+    let st = catalog.status().await.unwrap();
+    assert_eq!((st.pending, st.checkpoint.as_deref()), (0, Some(wal_id.as_str())), "{st:?}");
+    assert!(h.bugs().is_empty(), "{:?}", h.bugs());
+    h.stop().await;
+}
+
+/// (3) An apply that fails transiently is retried after host.json's visibilityTimeout and
+/// then succeeds. The failure is real: the harness's proxy in front of the Table service
+/// answers `503 ServerBusy` to the handler while the first delivery runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn transient_storage_failure_is_retried_and_then_succeeds() {
+    let Some(cs) = azurite() else { return };
+    let mut opts = HarnessOptions::airports(&cs);
+    opts.storage_proxy = true;
+    let h = Harness::start(opts).await;
+    let visibility = h.app.host.queues.visibility_timeout;
+    assert!(visibility >= Duration::from_secs(1), "host.json visibilityTimeout {visibility:?}");
+
+    let airport = json!({"icao": "ZZTR", "lid": "ZT1", "name": "Transient Strip"});
+    h.storage_outage(true);
+    let id = h.put_intent(&json!({"v": 1, "op": "upsert", "record": airport}).to_string()).await;
+    h.wait_for(Duration::from_secs(60), "the first delivery to be released", |h| {
+        h.events().iter().any(|e| matches!(e, Event::Released { id: i, .. } if *i == id))
+    })
+    .await;
+    h.storage_outage(false);
+    let first = h.invocations_of(&id);
+    assert_eq!(first.len(), 1);
+    assert_eq!(first[0].status, Some(500), "{}", h.diagnostics());
+    assert!(matches!(first[0].verdict, Verdict::Failure(_)));
+    assert!(first[0].response_body.contains("ServerBusy") || first[0].response_body.contains("storage"), "{}", first[0].response_body);
+    assert!(h.storage_requests_refused() > 0);
+    let released_at = h
+        .events_with_time()
+        .into_iter()
+        .find_map(|(t, e)| matches!(&e, Event::Released { id: i, dequeue_count: 1, after } if *i == id && *after == visibility).then_some(t))
+        .expect("released with host.json visibilityTimeout");
+
+    h.wait_for(visibility + Duration::from_secs(60), "the retried delivery to succeed", |h| deleted(h, &id)).await;
+    let deleted_at = h
+        .events_with_time()
+        .into_iter()
+        .find_map(|(t, e)| matches!(&e, Event::Deleted { id: i, .. } if *i == id).then_some(t))
+        .unwrap();
+    let invs = h.invocations_of(&id);
+    assert_eq!(invs.iter().map(|i| (i.dequeue_count.unwrap(), i.status)).collect::<Vec<_>>(), [(1, Some(500)), (2, Some(200))]);
+    let waited = deleted_at - released_at;
+    assert!(waited >= visibility - Duration::from_millis(1500), "retried after {waited:?}, visibilityTimeout {visibility:?}");
+    assert_eq!(lookup(&h, "icao", "ZZTR").await, vec![airport.clone()]);
+    assert_eq!(lookup(&h, "lid", "ZT1").await, vec![airport]);
+    assert_eq!(status(&h).await["poison"], 0);
+    eprintln!("transient failure: {} storage requests refused; retried after {waited:.1?}", h.storage_requests_refused());
+    h.stop().await;
+}
+
+/// (4a) Messages that can never succeed end on the poison queue: bad intents poisoned by the
+/// catalog itself, with the reason, on the first delivery (answered 200); a message that is
+/// not base64 copied raw by the host without invoking the function.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn permanently_bad_messages_end_on_the_poison_queue() {
+    let Some(cs) = azurite() else { return };
+    let h = Harness::start(HarnessOptions::airports(&cs)).await;
+    let not_json = "this is not JSON";
+    let unknown_op = r#"{"v":1,"op":"merge","record":{"icao":"ZZBD","name":"Bad Op"}}"#;
+    let no_index = r#"{"v":1,"op":"insert","record":{"name":"Nowhere"}}"#;
+    let raw = "%%% not base64 %%%";
+    let id_json = h.put_intent(not_json).await;
+    let id_op = h.put_intent(unknown_op).await;
+    let id_idx = h.put_intent(no_index).await;
+    let id_raw = h.put_raw(raw).await;
+    h.wait_for(Duration::from_secs(60), "all four messages handled", |h| {
+        deleted(h, &id_json) && deleted(h, &id_op) && deleted(h, &id_idx) && poisoned(h, &id_raw)
+    })
+    .await;
+
+    for id in [&id_json, &id_op, &id_idx] {
+        let invs = h.invocations_of(id);
+        assert_eq!(invs.len(), 1, "poisoned on the first delivery: {}", h.diagnostics());
+        assert_eq!(invs[0].status, Some(200));
+        assert!(invs[0].logs().iter().any(|l| l.contains("moved to the poison queue")), "{:?}", invs[0].logs());
+    }
+    assert!(h.invocations_of(&id_raw).is_empty(), "invalid base64 is never invoked");
+    assert_eq!(status(&h).await["poison"], 4);
+
+    let poison = h.poison_messages().await;
+    assert_eq!(poison.len(), 4, "{poison:?}");
+    let mut reasons = Vec::new();
+    for m in &poison {
+        if m.text == raw {
+            continue; // the host's raw copy
+        }
+        let body: Value = serde_json::from_str(&unb64(&m.text)).expect("catalog poison message is base64 JSON");
+        let reason = body["reason"].as_str().expect("reason").to_string();
+        let original = body["message"].as_str().unwrap();
+        let mid = body["message_id"].as_str().unwrap();
+        let expected = [(&id_json, not_json), (&id_op, unknown_op), (&id_idx, no_index)];
+        let (_, text) = expected.iter().find(|(i, _)| i.as_str() == mid).expect("poison message names the queue message id");
+        assert_eq!(original, *text);
+        reasons.push((mid.to_string(), reason));
+    }
+    assert!(poison.iter().any(|m| m.text == raw), "the raw copy of the undecodable message");
+    let reason_of = |id: &str| reasons.iter().find(|(i, _)| i == id).map(|(_, r)| r.clone()).unwrap();
+    assert!(reason_of(&id_json).contains("not valid JSON"), "{reasons:?}");
+    assert!(reason_of(&id_op).contains("unknown op 'merge'"), "{reasons:?}");
+    assert!(reason_of(&id_idx).contains("no value for any index field"), "{reasons:?}");
+    eprintln!("poison reasons: {reasons:?}");
+    assert!(h.bugs().is_empty(), "{:?}", h.bugs());
+    h.stop().await;
+}
+
+/// (4b) A message whose invocation fails every time (storage down for good) is moved to the
+/// poison queue by the host after exactly maxDequeueCount invocations; a message whose bytes
+/// are not UTF-8 fails binding every time and is poisoned without any invocation.
+/// visibilityTimeout is shortened to 1 s (a harness option) to keep the test short.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_failing_every_time_is_poisoned_after_max_dequeue_count() {
+    let Some(cs) = azurite() else { return };
+    let mut opts = HarnessOptions::airports(&cs);
+    opts.storage_proxy = true;
+    opts.visibility_timeout = Some(Duration::from_secs(1));
+    let h = Harness::start(opts).await;
+    let max = h.app.host.queues.max_dequeue_count;
+    h.storage_outage(true);
+    let text = json!({"v": 1, "op": "insert", "record": {"icao": "ZZPX", "name": "Never"}}).to_string();
+    let id = h.put_intent(&text).await;
+    let not_utf8 = base64::engine::general_purpose::STANDARD.encode([0xff, 0xfe, 0x7b]);
+    let id_bin = h.put_raw(&not_utf8).await;
+    let started = Instant::now();
+    h.wait_for(Duration::from_secs(180), "both messages poisoned", |h| poisoned(h, &id) && poisoned(h, &id_bin)).await;
+    let took = started.elapsed();
+
+    let invs = h.invocations_of(&id);
+    assert_eq!(invs.len(), max as usize, "exactly maxDequeueCount invocations: {}", h.diagnostics());
+    assert_eq!(invs.iter().map(|i| i.dequeue_count.unwrap()).collect::<Vec<_>>(), (1..=max).collect::<Vec<_>>());
+    assert!(invs.iter().all(|i| i.status == Some(500) && !i.succeeded()), "{}", h.diagnostics());
+    let events = h.events();
+    let released = events.iter().filter(|e| matches!(e, Event::Released { id: i, .. } if *i == id)).count();
+    assert_eq!(released, max as usize - 1);
+    assert!(events.iter().any(|e| matches!(e, Event::Poisoned { id: i, dequeue_count, .. } if *i == id && *dequeue_count == max)));
+
+    assert!(h.invocations_of(&id_bin).is_empty(), "a message that cannot be bound is never invoked");
+    let binding_failures = events.iter().filter(|e| matches!(e, Event::BindingFailed { id: i, .. } if *i == id_bin)).count();
+    assert_eq!(binding_failures, max as usize);
+
+    let poison = h.poison_messages().await;
+    let texts: BTreeSet<String> = poison.iter().map(|m| m.text.clone()).collect();
+    assert_eq!(texts, BTreeSet::from([b64(&text), not_utf8]), "the host copies the message text as stored");
+    h.storage_outage(false);
+    assert!(lookup(&h, "icao", "ZZPX").await.is_empty(), "a poisoned intent is not applied");
+    eprintln!("poisoned after {max} failed deliveries in {took:.1?}");
+    h.stop().await;
+}
+
+/// (5) The timer applies a WAL entry whose hint was lost: an entry written with the library
+/// (`Wal::append` does not enqueue a hint) is left alone by a sweep before the threshold and
+/// applied by the first sweep after it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn timer_sweeps_an_entry_whose_hint_was_lost() {
+    let Some(cs) = azurite() else { return };
+    let h = Harness::start(HarnessOptions::airports(&cs)).await;
+    let threshold = CatalogOptions::default().sweep_apply_after;
+    let catalog = Config::new(h.catalog_name())
+        .index_keys(["icao", "iata", "lid"])
+        .row_key("name")
+        .connection_string(cs.clone())
+        .open()
+        .await
+        .unwrap();
+    let airport = json!({"icao": "ZZSW", "iata": "ZSW", "name": "Sweeper Field"});
+    let ids = catalog.wal().append(vec![Op::Upsert { record: record(airport.clone()) }]).await.unwrap();
+    let appended = Instant::now();
+    let wal_id = ids[0].to_string();
+
+    let sweep_report = |inv: &harness::Invocation| -> Value {
+        assert!(inv.succeeded(), "{inv:?}");
+        let line = inv.logs().iter().find_map(|l| l.strip_prefix("sweep: ")).unwrap_or_else(|| panic!("{:?}", inv.logs()));
+        serde_json::from_str(line).unwrap()
+    };
+    let early = h.fire_timer().await;
+    let report = sweep_report(&early);
+    assert_eq!((report["applied"].as_u64(), report["pending"].as_u64()), (Some(0), Some(1)), "{report}");
+    // The host's timer payload: TimerInfo object, monitor on (5-minute schedule), sys only.
+    let timer = &early.request["Data"]["timer"];
+    assert_eq!(timer["Schedule"], json!({"AdjustForDST": true}));
+    assert!(timer["ScheduleStatus"]["Next"].is_string(), "{timer}");
+    assert_eq!(timer["IsPastDue"], false);
+    assert_eq!(early.request["Metadata"].as_object().unwrap().keys().collect::<Vec<_>>(), ["sys"]);
+    assert!(lookup(&h, "icao", "ZZSW").await.is_empty(), "not applied before the threshold");
+    assert_eq!(h.store.approximate_count(&h.queue).await.unwrap(), 0, "no hint was enqueued");
+
+    let wait = (threshold + Duration::from_secs(1)).saturating_sub(appended.elapsed());
+    eprintln!("waiting {wait:.1?} for the sweep threshold ({threshold:?})");
+    tokio::time::sleep(wait).await;
+    let late = h.fire_timer().await;
+    let report = sweep_report(&late);
+    assert_eq!((report["applied"].as_u64(), report["pending"].as_u64()), (Some(1), Some(0)), "{report}");
+    assert_eq!(lookup(&h, "icao", "ZZSW").await, vec![airport.clone()]);
+    assert_eq!(lookup(&h, "iata", "ZSW").await, vec![airport]);
+    let (s, body) = h.get_json(&format!("/api/wal/{wal_id}")).await;
+    assert_eq!((s, body["state"].as_str()), (200, Some("applied")), "{body}");
+    assert!(h.invocations().iter().all(|i| i.function == "sweep"), "nothing came through the queue");
+    let output = h.handler_output();
+    assert!(!output.iter().any(|l| l.contains("not understood")), "the handler understood the timer payload: {output:?}");
+    assert!(h.bugs().is_empty(), "{:?}", h.bugs());
+    h.stop().await;
+}
