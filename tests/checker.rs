@@ -317,6 +317,15 @@ async fn check(backend: common::Backend, run: Run) {
     assert!(violations.is_empty(), "seed {seed}: {:#?}", &violations[..violations.len().min(10)]);
 }
 
+/// Long runs on one backend only: `TC_CHECKER_BACKEND=local` or `azurite`.
+fn wanted(backend: common::Backend) -> bool {
+    match std::env::var("TC_CHECKER_BACKEND").as_deref() {
+        Ok("local") => backend == common::Backend::Local,
+        Ok("azurite") => backend == common::Backend::Azurite,
+        _ => true,
+    }
+}
+
 fn env_u64(name: &str) -> Option<u64> {
     std::env::var(name).ok().and_then(|v| v.parse().ok())
 }
@@ -324,10 +333,11 @@ fn env_u64(name: &str) -> Option<u64> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn randomized_checker_finds_no_violation() {
     let seed = env_u64("TC_CHECKER_SEED").unwrap_or(20261121);
-    for backend in common::backends() {
+    for backend in common::backends().into_iter().filter(|b| wanted(*b)) {
         let default_ops = if backend == common::Backend::Local { 1000 } else { 300 };
         let ops = env_u64("TC_CHECKER_OPS").map_or(default_ops, |n| n as usize);
-        check(backend, Run { seed, ops, clients: 4, instances: 3 }).await;
+        let clients = env_u64("TC_CHECKER_CLIENTS").unwrap_or(4) as usize;
+        check(backend, Run { seed, ops, clients, instances: 3 }).await;
     }
 }
 
