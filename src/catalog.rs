@@ -263,7 +263,9 @@ impl Catalog {
             if !self.wal.is_pending(id).await? {
                 return match self.wal.dead_reason(id).await? {
                     None => Ok(true),
-                    Some(reason) => Err(Error::Invalid(format!("write {id} was logged but cannot be applied: {reason}"))),
+                    Some(reason) => {
+                        Err(Error::Invalid(format!("write {id} was logged but cannot be applied: {reason}")))
+                    }
                 };
             }
             if Instant::now() >= deadline {
@@ -290,7 +292,11 @@ impl Catalog {
     /// Every record matching `filter`.
     pub async fn query_all(&self, filter: &Filter) -> Result<Vec<Record>> {
         filter.validate(self.schema())?;
-        Ok(query::query_all(self.store.as_ref(), &self.names.table, filter).await?.into_iter().map(|f| f.record).collect())
+        Ok(query::query_all(self.store.as_ref(), &self.names.table, filter)
+            .await?
+            .into_iter()
+            .map(|f| f.record)
+            .collect())
     }
 
     /// Whether a WAL entry is still pending. [`Error::NotFound`] for an id that is neither
@@ -377,8 +383,11 @@ impl Catalog {
         match self.store.put_message(&self.names.poison_queue, &encoded, Duration::ZERO).await {
             Ok(_) => Ok(()),
             Err(StoreError::InvalidInput(_)) => {
-                let short = serde_json::json!({"reason": reason, "message_id": message_id, "message": "(too large to copy)"});
-                self.store.put_message(&self.names.poison_queue, &messages::encode(&short.to_string()), Duration::ZERO).await?;
+                let short =
+                    serde_json::json!({"reason": reason, "message_id": message_id, "message": "(too large to copy)"});
+                self.store
+                    .put_message(&self.names.poison_queue, &messages::encode(&short.to_string()), Duration::ZERO)
+                    .await?;
                 Ok(())
             }
             Err(e) => Err(e.into()),

@@ -70,7 +70,10 @@ impl Names {
         let wal_table = wal_table.map_or_else(|| format!("{table}wal"), String::from);
         validate_table_name(settings::WAL_NAME, &wal_table)?;
         if wal_table.eq_ignore_ascii_case(table) {
-            return Err(Error::Config(format!("{}: the WAL table must differ from the catalog table", settings::WAL_NAME)));
+            return Err(Error::Config(format!(
+                "{}: the WAL table must differ from the catalog table",
+                settings::WAL_NAME
+            )));
         }
         let queue = queue.map_or_else(|| format!("{}-apply", table.to_lowercase()), String::from);
         validate_queue_name(settings::QUEUE, &queue)?;
@@ -217,8 +220,12 @@ impl Config {
                 };
                 Schema::new(keys, stored.str("row_key").unwrap_or_default())
             }
-            (None, Some(_)) => Err(Error::Config(format!("{} is set but {} is not", settings::ROW_KEY, settings::INDEX_KEYS))),
-            (Some(_), None) => Err(Error::Config(format!("{} is set but {} is not", settings::INDEX_KEYS, settings::ROW_KEY))),
+            (None, Some(_)) => {
+                Err(Error::Config(format!("{} is set but {} is not", settings::ROW_KEY, settings::INDEX_KEYS)))
+            }
+            (Some(_), None) => {
+                Err(Error::Config(format!("{} is set but {} is not", settings::INDEX_KEYS, settings::ROW_KEY)))
+            }
         }
     }
 
@@ -238,7 +245,10 @@ mod tests {
     #[test]
     fn names_follow_the_defaults_and_rules() {
         let n = Names::new("Airports", None, None).unwrap();
-        assert_eq!((n.wal_table.as_str(), n.queue.as_str(), n.poison_queue.as_str()), ("Airportswal", "airports-apply", "airports-apply-poison"));
+        assert_eq!(
+            (n.wal_table.as_str(), n.queue.as_str(), n.poison_queue.as_str()),
+            ("Airportswal", "airports-apply", "airports-apply-poison")
+        );
         assert!(Names::new("a_b", None, None).unwrap_err().to_string().contains("TABLE_CATALOG_NAME"));
         assert!(Names::new("ab", None, None).is_err());
         assert!(Names::new("cat", Some("cat_WAL"), None).unwrap_err().to_string().contains("TABLE_CATALOG_WAL_NAME"));

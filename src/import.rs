@@ -67,14 +67,21 @@ pub struct Summary {
 impl Summary {
     /// Logged records per second.
     pub fn records_per_second(&self) -> f64 {
-        if self.seconds > 0.0 { self.logged as f64 / self.seconds } else { 0.0 }
+        if self.seconds > 0.0 {
+            self.logged as f64 / self.seconds
+        } else {
+            0.0
+        }
     }
 }
 
 fn canonical_number(s: &str) -> Option<Number> {
     let digits = s.strip_prefix('-').unwrap_or(s);
     let int_part = digits.split(['.', 'e', 'E']).next().unwrap_or("");
-    if int_part.is_empty() || (int_part.len() > 1 && int_part.starts_with('0')) || !int_part.bytes().all(|b| b.is_ascii_digit()) {
+    if int_part.is_empty()
+        || (int_part.len() > 1 && int_part.starts_with('0'))
+        || !int_part.bytes().all(|b| b.is_ascii_digit())
+    {
         return None;
     }
     if let Ok(i) = s.parse::<i64>() {
@@ -231,7 +238,19 @@ mod tests {
 
     #[test]
     fn canonical_numbers() {
-        for (s, ok) in [("0", true), ("-1", true), ("1.5", true), ("1e3", true), ("007", false), ("+1", false), ("", false), ("1.", true), ("abc", false), ("0.5", true), ("NaN", false)] {
+        for (s, ok) in [
+            ("0", true),
+            ("-1", true),
+            ("1.5", true),
+            ("1e3", true),
+            ("007", false),
+            ("+1", false),
+            ("", false),
+            ("1.", true),
+            ("abc", false),
+            ("0.5", true),
+            ("NaN", false),
+        ] {
             assert_eq!(canonical_number(s).is_some(), ok, "{s}");
         }
     }

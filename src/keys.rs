@@ -30,7 +30,9 @@ pub const MAX_KEY_UTF16: usize = 512;
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum KeyError {
     /// The encoded key is over [`MAX_KEY_UTF16`] UTF-16 code units.
-    #[error("{what} for field '{field}' is {len} UTF-16 code units once encoded; the limit is {MAX_KEY_UTF16} (1 KiB)")]
+    #[error(
+        "{what} for field '{field}' is {len} UTF-16 code units once encoded; the limit is {MAX_KEY_UTF16} (1 KiB)"
+    )]
     TooLong {
         /// "PartitionKey" or "RowKey".
         what: &'static str,

@@ -87,7 +87,8 @@ pub fn hint_json(shard: &str, id: &str) -> String {
 
 /// Parses decoded message text. Errors say why the message can never succeed.
 pub fn parse(text: &str) -> Result<Message> {
-    let json: Json = serde_json::from_str(text).map_err(|e| Error::invalid(format!("message is not valid JSON: {e}")))?;
+    let json: Json =
+        serde_json::from_str(text).map_err(|e| Error::invalid(format!("message is not valid JSON: {e}")))?;
     let obj = json.as_object().ok_or_else(|| Error::invalid("message must be a JSON object"))?;
     match obj.get("v").and_then(Json::as_u64) {
         Some(1) => {}
@@ -128,7 +129,10 @@ impl Intent {
             }
         };
         let filter = || -> Result<Filter> {
-            let obj = self.filter.as_ref().ok_or_else(|| Error::invalid(format!("intent: op '{}' needs a 'filter'", self.op)))?;
+            let obj = self
+                .filter
+                .as_ref()
+                .ok_or_else(|| Error::invalid(format!("intent: op '{}' needs a 'filter'", self.op)))?;
             filter_from_object(obj, self.row_from.clone(), self.row_to.clone())
         };
         match self.op.as_str() {
@@ -160,7 +164,9 @@ mod tests {
         assert!(matches!(i.to_op().unwrap(), Op::Upsert { .. }));
         let d = parse(r#"{"v":1,"op":"delete","filter":{"icao":"KJFK"}}"#).unwrap();
         let Message::Intent(d) = d else { panic!() };
-        assert!(matches!(d.to_op().unwrap(), Op::Delete { filter } if filter.fields == [("icao".to_string(), "KJFK".to_string())]));
+        assert!(
+            matches!(d.to_op().unwrap(), Op::Delete { filter } if filter.fields == [("icao".to_string(), "KJFK".to_string())])
+        );
     }
 
     #[test]

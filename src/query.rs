@@ -65,7 +65,10 @@ impl Filter {
         for (name, bound) in [("row_from", &self.row_from), ("row_to", &self.row_to)] {
             if let Some(b) = bound {
                 if b.encode_utf16().count() > keys::MAX_KEY_UTF16 {
-                    return Err(Error::invalid(format!("{name}: longer than {} UTF-16 code units", keys::MAX_KEY_UTF16)));
+                    return Err(Error::invalid(format!(
+                        "{name}: longer than {} UTF-16 code units",
+                        keys::MAX_KEY_UTF16
+                    )));
                 }
             }
         }
@@ -154,7 +157,8 @@ pub async fn query_page(
             if let Some(found) = live_match(filter, e) {
                 out.records.push(found);
                 if out.records.len() == limit {
-                    let more = page.continuation.is_some() || e.row_key != page.entities.last().map(|l| l.row_key.clone()).unwrap_or_default();
+                    let more = page.continuation.is_some()
+                        || e.row_key != page.entities.last().map(|l| l.row_key.clone()).unwrap_or_default();
                     out.continuation = more.then(|| encode_continuation(&e.row_key));
                     return Ok(out);
                 }
@@ -194,7 +198,8 @@ mod tests {
     #[test]
     fn matching_is_case_insensitive_and_needs_every_field() {
         let r = json!({"icao": "KJFK", "iata": "JFK", "name": "x"}).as_object().cloned().unwrap();
-        let f = |pairs: &[(&str, &str)]| Filter::new(pairs.iter().map(|(a, b)| (a.to_string(), b.to_string())).collect());
+        let f =
+            |pairs: &[(&str, &str)]| Filter::new(pairs.iter().map(|(a, b)| (a.to_string(), b.to_string())).collect());
         assert!(f(&[("icao", "kjfk")]).matches(&r));
         assert!(f(&[("icao", "KJFK"), ("iata", "jfk")]).matches(&r));
         assert!(!f(&[("icao", "KJFK"), ("iata", "LGA")]).matches(&r));

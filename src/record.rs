@@ -82,7 +82,9 @@ pub fn validate_field_name(name: &str) -> Result<()> {
     if name.chars().count() > MAX_NAME_CHARS {
         return Err(Error::invalid(format!("field name '{name}' is longer than {MAX_NAME_CHARS} characters")));
     }
-    if SYSTEM_NAMES.iter().any(|s| s.eq_ignore_ascii_case(name)) || name.to_ascii_lowercase().starts_with(RESERVED_PREFIX) {
+    if SYSTEM_NAMES.iter().any(|s| s.eq_ignore_ascii_case(name))
+        || name.to_ascii_lowercase().starts_with(RESERVED_PREFIX)
+    {
         return Err(Error::invalid(format!(
             "field name '{name}' is reserved (PartitionKey, RowKey, Timestamp, ETag and names starting with '{RESERVED_PREFIX}')"
         )));
@@ -111,7 +113,9 @@ pub fn validate(record: &Record) -> Result<()> {
             _ => (0, ""),
         };
         if units > MAX_STRING_UTF16 {
-            return Err(Error::TooLarge(format!("field '{name}' is {units} {what}; the limit is {MAX_STRING_UTF16} (64 KiB)")));
+            return Err(Error::TooLarge(format!(
+                "field '{name}' is {units} {what}; the limit is {MAX_STRING_UTF16} (64 KiB)"
+            )));
         }
     }
     if json_names_units + META_RESERVE > MAX_STRING_UTF16 {
@@ -122,7 +126,9 @@ pub fn validate(record: &Record) -> Result<()> {
     }
     let size = serde_json::to_string(record).map(|s| s.len()).unwrap_or(usize::MAX);
     if size > MAX_RECORD_BYTES {
-        return Err(Error::TooLarge(format!("record is {size} bytes as JSON; the limit is {MAX_RECORD_BYTES} (256 KiB)")));
+        return Err(Error::TooLarge(format!(
+            "record is {size} bytes as JSON; the limit is {MAX_RECORD_BYTES} (256 KiB)"
+        )));
     }
     Ok(())
 }
@@ -177,7 +183,11 @@ pub fn to_properties(record: &Record, wal_id: &str) -> Properties {
 /// same records (its filter is resolved against live rows and its own tombstones).
 pub fn tombstone_properties(record: &Record, wal_id: &str) -> Properties {
     let mut props = to_properties(record, wal_id);
-    let mut meta = props.get(META).and_then(Value::as_str).and_then(|s| serde_json::from_str::<RowMeta>(s).ok()).unwrap_or_default();
+    let mut meta = props
+        .get(META)
+        .and_then(Value::as_str)
+        .and_then(|s| serde_json::from_str::<RowMeta>(s).ok())
+        .unwrap_or_default();
     meta.deleted = true;
     props.insert(META.to_string(), Value::String(meta_json(&meta)));
     props
@@ -208,7 +218,9 @@ pub fn payload(entity: &Entity, meta: &RowMeta) -> Record {
             Value::String(s) | Value::DateTime(s) | Value::Guid(s) => Json::String(s.clone()),
             Value::Int32(i) => Json::from(*i),
             Value::Int64(i) => Json::from(*i),
-            Value::Double(f) => serde_json::Number::from_f64(*f).map_or_else(|| Json::String(f.to_string()), Json::Number),
+            Value::Double(f) => {
+                serde_json::Number::from_f64(*f).map_or_else(|| Json::String(f.to_string()), Json::Number)
+            }
             Value::Bool(b) => Json::Bool(*b),
             Value::Binary(b) => {
                 use base64::Engine as _;

@@ -32,7 +32,9 @@ impl Schema {
     pub fn new(index_keys: Vec<String>, row_key: impl Into<String>) -> Result<Schema> {
         let row_key = row_key.into();
         if index_keys.is_empty() {
-            return Err(Error::Config("index keys: at least one index field is required (TABLE_CATALOG_INDEX_KEYS)".into()));
+            return Err(Error::Config(
+                "index keys: at least one index field is required (TABLE_CATALOG_INDEX_KEYS)".into(),
+            ));
         }
         for k in index_keys.iter().chain(std::iter::once(&row_key)) {
             validate_field_name(k).map_err(|e| Error::Config(e.to_string()))?;
@@ -71,7 +73,10 @@ impl Schema {
                 return Err(Error::invalid(format!("record is missing the row-key field '{}'", self.row_key)))
             }
             Some(Json::Object(_) | Json::Array(_)) => {
-                return Err(Error::invalid(format!("row-key field '{}' must be a string, number or boolean", self.row_key)))
+                return Err(Error::invalid(format!(
+                    "row-key field '{}' must be a string, number or boolean",
+                    self.row_key
+                )))
             }
             Some(v) => keys::key_string(v).unwrap_or_default(),
         };

@@ -276,8 +276,7 @@ mod tests {
 
     #[test]
     fn functions_app_requirements() {
-        let required: Vec<&str> =
-            SETTINGS.iter().filter(|s| s.required_in_functions_app()).map(|s| s.name).collect();
+        let required: Vec<&str> = SETTINGS.iter().filter(|s| s.required_in_functions_app()).map(|s| s.name).collect();
         assert!(required.contains(&QUEUE));
         assert!(!required.contains(&LISTEN));
         assert!(!required.contains(&LOCAL_PATH));

@@ -29,7 +29,10 @@ async fn every_airport_is_found_by_each_identifier_it_has() {
         .sum();
     assert_eq!(report.rows, expected_rows, "one row per identifier an airport has, none for missing ones");
     let rows = verify::scan_all(catalog.store().as_ref(), &catalog.names().table).await.unwrap();
-    assert!(rows.iter().all(|e| e.partition_key != "4_iata" && e.partition_key != "3_lid"), "no row for an empty identifier");
+    assert!(
+        rows.iter().all(|e| e.partition_key != "4_iata" && e.partition_key != "3_lid"),
+        "no row for an empty identifier"
+    );
 
     let mut lookups = 0;
     let mut without_iata = 0;
@@ -48,6 +51,7 @@ async fn every_airport_is_found_by_each_identifier_it_has() {
     assert!(without_iata > 10_000, "the data set has many airports without IATA code");
     assert!(lookups > 45_000);
     // Names with quotes and slashes round-trip.
-    let names: HashSet<&str> = records.iter().filter_map(|r| r["name"].as_str()).filter(|n| n.contains('\'') || n.contains('/')).collect();
+    let names: HashSet<&str> =
+        records.iter().filter_map(|r| r["name"].as_str()).filter(|n| n.contains('\'') || n.contains('/')).collect();
     assert!(names.len() > 500);
 }

@@ -26,7 +26,9 @@ fn f(field: &str, value: &str) -> Filter {
 }
 
 fn jfk() -> Record {
-    rec(json!({"icao": "KJFK", "iata": "JFK", "lid": "JFK", "name": "John F Kennedy International Airport", "elevation": 13}))
+    rec(
+        json!({"icao": "KJFK", "iata": "JFK", "lid": "JFK", "name": "John F Kennedy International Airport", "elevation": 13}),
+    )
 }
 
 #[tokio::test]
@@ -80,7 +82,9 @@ async fn sparse_identifiers_get_no_row_and_ranges_page() {
     let c = open().await;
     let mut recs = Vec::new();
     for i in 0..25 {
-        recs.push(rec(json!({"icao": format!("X{i:03}"), "iata": "", "lid": "SHARED", "name": format!("Field {i:02}")})));
+        recs.push(rec(
+            json!({"icao": format!("X{i:03}"), "iata": "", "lid": "SHARED", "name": format!("Field {i:02}")}),
+        ));
     }
     let results = c.upsert_many(recs, true).await.unwrap();
     assert!(results.iter().all(|r| r.is_ok()));
@@ -99,7 +103,8 @@ async fn sparse_identifiers_get_no_row_and_ranges_page() {
         }
     }
     assert_eq!(all.len(), 25);
-    let ranged = c.query(&f("lid", "shared").range(Some("field 10".into()), Some("Field 14".into())), 100, None).await.unwrap();
+    let ranged =
+        c.query(&f("lid", "shared").range(Some("field 10".into()), Some("Field 14".into())), 100, None).await.unwrap();
     assert_eq!(ranged.records.len(), 5);
 }
 

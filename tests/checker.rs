@@ -140,12 +140,28 @@ async fn open_instance(store: Arc<dyn Store>, names: &Names, schema: &Schema, sk
 }
 
 fn add_faults(f: &FaultStore, catalog_table: &str) {
-    let writes = [OpKind::Insert, OpKind::Upsert, OpKind::Replace, OpKind::Delete, OpKind::Batch, OpKind::PutMessage, OpKind::DeleteMessage, OpKind::ReleaseMessage];
+    let writes = [
+        OpKind::Insert,
+        OpKind::Upsert,
+        OpKind::Replace,
+        OpKind::Delete,
+        OpKind::Batch,
+        OpKind::PutMessage,
+        OpKind::DeleteMessage,
+        OpKind::ReleaseMessage,
+    ];
     f.add(Rule::new(&[], Trigger::Probability(0.02), Fault::Fail(unavailable())));
     f.add(Rule::new(&writes, Trigger::Probability(0.02), Fault::CommitThenFail(unavailable())));
     f.add(Rule::new(&[], Trigger::Probability(0.05), Fault::Delay(Duration::from_millis(3))));
     // Freeze an applier mid fan-out for longer than its lease.
-    f.add(Rule::new(&[OpKind::Get, OpKind::Replace, OpKind::Insert], Trigger::Probability(0.02), Fault::Delay(Duration::from_millis(700))).on(catalog_table));
+    f.add(
+        Rule::new(
+            &[OpKind::Get, OpKind::Replace, OpKind::Insert],
+            Trigger::Probability(0.02),
+            Fault::Delay(Duration::from_millis(700)),
+        )
+        .on(catalog_table),
+    );
 }
 
 async fn check(backend: common::Backend, run: Run) {
@@ -187,7 +203,11 @@ async fn check(backend: common::Backend, run: Run) {
                     0..=54 => Kind::Upsert(u.record(&mut rng, client)),
                     55..=74 => {
                         let r = u.record(&mut rng, client);
-                        let f = if rng.gen_bool(0.5) { ("icao".to_string(), r["icao"].as_str().unwrap().to_string()) } else { u.filter(&mut rng) };
+                        let f = if rng.gen_bool(0.5) {
+                            ("icao".to_string(), r["icao"].as_str().unwrap().to_string())
+                        } else {
+                            u.filter(&mut rng)
+                        };
                         Kind::Replace(f, r)
                     }
                     _ => Kind::Delete(u.filter(&mut rng)),
@@ -208,7 +228,11 @@ async fn check(backend: common::Backend, run: Run) {
                         let b = catalogs[rng.gen_range(0..catalogs.len())].process_message(&text, &id, 2).await;
                         a.and(b).map(|_| ())
                     } else {
-                        c.store().put_message(&c.names().queue, &messages::encode(&text), Duration::ZERO).await.map(|_| ()).map_err(Into::into)
+                        c.store()
+                            .put_message(&c.names().queue, &messages::encode(&text), Duration::ZERO)
+                            .await
+                            .map(|_| ())
+                            .map_err(Into::into)
                     }
                 } else {
                     match &kind {
@@ -217,8 +241,12 @@ async fn check(backend: common::Backend, run: Run) {
                             other => other.map(|_| ()),
                         },
                         Kind::Upsert(r) => c.upsert(r.clone(), wait).await.map(|_| ()),
-                        Kind::Replace((k, v), r) => c.replace(Filter::new(vec![(k.clone(), v.clone())]), r.clone(), wait).await.map(|_| ()),
-                        Kind::Delete((k, v)) => c.delete(Filter::new(vec![(k.clone(), v.clone())]), wait).await.map(|_| ()),
+                        Kind::Replace((k, v), r) => {
+                            c.replace(Filter::new(vec![(k.clone(), v.clone())]), r.clone(), wait).await.map(|_| ())
+                        }
+                        Kind::Delete((k, v)) => {
+                            c.delete(Filter::new(vec![(k.clone(), v.clone())]), wait).await.map(|_| ())
+                        }
                     }
                 };
                 let ended = clock.fetch_add(1, Ordering::SeqCst);
@@ -282,11 +310,10 @@ async fn check(backend: common::Backend, run: Run) {
     let mut violations = Vec::new();
     let mut checked_writes = 0;
     for (rk, identity) in &identities {
-        let touching: Vec<(&Op, Effect)> = history.iter().filter_map(|o| effect(&u, o, rk, identity).map(|e| (o, e))).collect();
-        let maximal: Vec<&(&Op, Effect)> = touching
-            .iter()
-            .filter(|(o, _)| !touching.iter().any(|(a, _)| a.acked && a.issued > o.ended))
-            .collect();
+        let touching: Vec<(&Op, Effect)> =
+            history.iter().filter_map(|o| effect(&u, o, rk, identity).map(|e| (o, e))).collect();
+        let maximal: Vec<&(&Op, Effect)> =
+            touching.iter().filter(|(o, _)| !touching.iter().any(|(a, _)| a.acked && a.issued > o.ended)).collect();
         let mut valid: Vec<Effect> = maximal.iter().map(|(_, e)| e.clone()).collect();
         if !touching.iter().any(|(o, _)| o.acked) || maximal.iter().all(|(o, _)| !o.acked) {
             // Only unacknowledged operations could be last: any of them may never have been
@@ -340,4 +367,3 @@ async fn randomized_checker_finds_no_violation() {
         check(backend, Run { seed, ops, clients, instances: 3 }).await;
     }
 }
-

@@ -36,9 +36,25 @@ async fn sigkill_during_import_loses_no_acknowledged_write() {
     let dir = tempfile::tempdir().unwrap();
     let store = dir.path().join("store");
     let schema = common::airports_schema();
-    let airports: Vec<_> = read_file(&common::airports_csv(), Format::Csv, &schema).unwrap().into_iter().take(AIRPORTS).map(|(_, r)| r.unwrap()).collect();
+    let airports: Vec<_> = read_file(&common::airports_csv(), Format::Csv, &schema)
+        .unwrap()
+        .into_iter()
+        .take(AIRPORTS)
+        .map(|(_, r)| r.unwrap())
+        .collect();
     // A short lease: a killed importer's lease expires quickly, so the next one takes over.
-    let args = ["--name", "kill", "--index-keys", "icao,iata,lid", "--row-key", "name", "--durability", "process", "--lease-secs", "2"];
+    let args = [
+        "--name",
+        "kill",
+        "--index-keys",
+        "icao,iata,lid",
+        "--row-key",
+        "name",
+        "--durability",
+        "process",
+        "--lease-secs",
+        "2",
+    ];
 
     let mut acked = vec![0usize; KILLS + 1];
     let mut killed_running = 0;
@@ -65,7 +81,11 @@ async fn sigkill_during_import_loses_no_acknowledged_write() {
             .unwrap();
         let stdout = child.stdout.take().unwrap();
         let reader = std::thread::spawn(move || {
-            BufReader::new(stdout).lines().map_while(Result::ok).filter_map(|l| l.strip_prefix("acked ").and_then(|n| n.parse::<usize>().ok())).max()
+            BufReader::new(stdout)
+                .lines()
+                .map_while(Result::ok)
+                .filter_map(|l| l.strip_prefix("acked ").and_then(|n| n.parse::<usize>().ok()))
+                .max()
         });
         if round < KILLS {
             std::thread::sleep(Duration::from_millis(rng.gen_range(20..1500)));
@@ -89,7 +109,12 @@ async fn sigkill_during_import_loses_no_acknowledged_write() {
     let out = bin().args(args).arg("--local-path").arg(&store).arg("recover").output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let out = bin().args(args).arg("--local-path").arg(&store).arg("verify").output().unwrap();
-    assert!(out.status.success(), "verify: {} {}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "verify: {} {}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
 
     let mut cfg = Config::new("kill").index_keys(["icao", "iata", "lid"]).row_key("name").local_path(&store);
     cfg.durability = Durability::Process;
@@ -106,7 +131,10 @@ async fn sigkill_during_import_loses_no_acknowledged_write() {
             let mine: Vec<_> = found.iter().filter(|r| r["name"] == a["name"] && r["icao"] == a["icao"]).collect();
             assert_eq!(mine.len(), 1, "{field}={value}");
             let round = mine[0]["round"].as_u64().unwrap() as usize;
-            assert!(round >= latest_acked, "{field}={value}: payload of round {round}, but round {latest_acked} was acknowledged (seed {seed})");
+            assert!(
+                round >= latest_acked,
+                "{field}={value}: payload of round {round}, but round {latest_acked} was acknowledged (seed {seed})"
+            );
         }
     }
     eprintln!("seed {seed}: acknowledged rows per round {acked:?}");

@@ -37,13 +37,17 @@ fn rec(v: Value) -> Record {
 }
 
 fn jfk() -> Record {
-    rec(json!({"icao": "KJFK", "iata": "JFK", "lid": "JFK", "name": "John F Kennedy International Airport", "elevation": 13}))
+    rec(
+        json!({"icao": "KJFK", "iata": "JFK", "lid": "JFK", "name": "John F Kennedy International Airport", "elevation": 13}),
+    )
 }
 fn lga() -> Record {
     rec(json!({"icao": "KLGA", "iata": "LGA", "lid": "LGA", "name": "LaGuardia Airport", "elevation": 21}))
 }
 fn bos() -> Record {
-    rec(json!({"icao": "KBOS", "iata": "BOS", "lid": "BOS", "name": "General Edward Lawrence Logan International Airport"}))
+    rec(
+        json!({"icao": "KBOS", "iata": "BOS", "lid": "BOS", "name": "General Edward Lawrence Logan International Airport"}),
+    )
 }
 fn jfk_updated() -> Record {
     let mut r = jfk();
@@ -155,7 +159,15 @@ async fn every_crash_point_and_storage_fault_recovers() {
             }
         }
         // 2. Storage faults: each call kind fails before or after committing, 1st to 4th call.
-        let kinds = [OpKind::Insert, OpKind::Batch, OpKind::Replace, OpKind::Delete, OpKind::Get, OpKind::Query, OpKind::PutMessage];
+        let kinds = [
+            OpKind::Insert,
+            OpKind::Batch,
+            OpKind::Replace,
+            OpKind::Delete,
+            OpKind::Get,
+            OpKind::Query,
+            OpKind::PutMessage,
+        ];
         for kind in kinds {
             for commit in [false, true] {
                 if commit && !kind.is_write() {
@@ -166,7 +178,8 @@ async fn every_crash_point_and_storage_fault_recovers() {
                         let label = format!("{backend:?} {kind:?} commit={commit} #{nth} {w:?}");
                         let (inner, names) = setup(backend).await;
                         let faulty = Arc::new(FaultStore::new(inner.clone(), nth));
-                        let fault = if commit { Fault::CommitThenFail(unavailable()) } else { Fault::Fail(unavailable()) };
+                        let fault =
+                            if commit { Fault::CommitThenFail(unavailable()) } else { Fault::Fail(unavailable()) };
                         let result = {
                             let c = open(faulty.clone(), &names).await;
                             faulty.add(Rule::new(&[kind], Trigger::Nth(nth), fault));

@@ -119,7 +119,8 @@ impl Bicep {
 
     fn parse(text: &str) -> Bicep {
         let lines: Vec<&str> = text.lines().collect();
-        let mut b = Bicep { params: BTreeMap::new(), vars: BTreeMap::new(), resources: Vec::new(), app_settings: Vec::new() };
+        let mut b =
+            Bicep { params: BTreeMap::new(), vars: BTreeMap::new(), resources: Vec::new(), app_settings: Vec::new() };
         let mut i = 0;
         while i < lines.len() {
             let line = lines[i];
@@ -159,7 +160,9 @@ impl Bicep {
                     }
                     let t = l.trim();
                     if let Some(n) = t.strip_prefix("name: ") {
-                        pending = Some(literal(n).unwrap_or_else(|| panic!("app setting name must be a literal: {t}")).to_string());
+                        pending = Some(
+                            literal(n).unwrap_or_else(|| panic!("app setting name must be a literal: {t}")).to_string(),
+                        );
                     } else if let Some(v) = t.strip_prefix("value: ") {
                         let n = pending.take().unwrap_or_else(|| panic!("value without name: {t}"));
                         b.app_settings.push((n, v.trim().to_string()));
@@ -279,8 +282,14 @@ fn timespan_secs(v: &Value) -> u64 {
 #[test]
 fn host_json_queue_settings_are_deliberate() {
     let q = &host_json()["extensions"]["queues"];
-    for key in ["batchSize", "newBatchThreshold", "maxPollingInterval", "visibilityTimeout", "maxDequeueCount", "messageEncoding"]
-    {
+    for key in [
+        "batchSize",
+        "newBatchThreshold",
+        "maxPollingInterval",
+        "visibilityTimeout",
+        "maxDequeueCount",
+        "messageEncoding",
+    ] {
         assert!(q.get(key).is_some(), "host.json extensions.queues.{key} must be set explicitly");
     }
     let batch = q["batchSize"].as_u64().unwrap();
@@ -422,7 +431,11 @@ fn sweep_function_is_a_timer_at_most_once_a_minute() {
     assert_eq!(str_of(t, "name"), Some(SWEEP_BINDING));
     let schedule = str_of(t, "schedule").expect("schedule");
     let fields: Vec<&str> = schedule.split_whitespace().collect();
-    assert_eq!(fields.len(), 6, "NCRONTAB has 6 fields: {{second}} {{minute}} {{hour}} {{day}} {{month}} {{day-of-week}}");
+    assert_eq!(
+        fields.len(),
+        6,
+        "NCRONTAB has 6 fields: {{second}} {{minute}} {{hour}} {{day}} {{month}} {{day-of-week}}"
+    );
     // A fixed second keeps the schedule at most once a minute, where the schedule monitor
     // (useMonitor, catch-up of missed runs) stays on.
     assert!(fields[0].chars().all(|c| c.is_ascii_digit()), "sweep must not fire more than once a minute");
@@ -451,7 +464,12 @@ fn local_settings_set_every_functions_app_setting() {
         assert!(satisfied(s, &is_set), "local.settings.json does not set {}", s.name);
     }
     for s in SETTINGS.iter().filter(|s| s.functions_app != FunctionsApp::AppSetting) {
-        assert!(!values.contains_key(s.name), "local.settings.json sets {}, which the Functions app leaves unset ({:?})", s.name, s.functions_app);
+        assert!(
+            !values.contains_key(s.name),
+            "local.settings.json sets {}, which the Functions app leaves unset ({:?})",
+            s.name,
+            s.functions_app
+        );
     }
     for key in values.keys().filter(|k| k.starts_with("TABLE_CATALOG_")) {
         assert!(settings::find(key).is_some(), "local.settings.json sets {key}, which the binary does not read");
@@ -481,26 +499,40 @@ fn bicep_sets_every_functions_app_setting() {
     let names = b.setting_names();
     // The apply trigger's connection `AzureWebJobsStorage`: a connection string, or the
     // identity-based form (credential + service URIs), which only the host can use.
-    let identity_based = ["AzureWebJobsStorage__credential", "AzureWebJobsStorage__queueServiceUri", "AzureWebJobsStorage__blobServiceUri"]
-        .iter()
-        .all(|n| names.contains(n));
+    let identity_based = [
+        "AzureWebJobsStorage__credential",
+        "AzureWebJobsStorage__queueServiceUri",
+        "AzureWebJobsStorage__blobServiceUri",
+    ]
+    .iter()
+    .all(|n| names.contains(n));
     let is_set = |n: &str| names.contains(n) || (n == settings::WEBJOBS_STORAGE && identity_based);
     for s in functions_app_settings() {
         assert!(satisfied(s, &is_set), "infra/main.bicep does not set app setting {}", s.name);
     }
     for s in SETTINGS.iter().filter(|s| s.functions_app != FunctionsApp::AppSetting) {
-        assert!(!names.contains(s.name), "main.bicep sets {}, which the Functions app leaves unset ({:?})", s.name, s.functions_app);
+        assert!(
+            !names.contains(s.name),
+            "main.bicep sets {}, which the Functions app leaves unset ({:?})",
+            s.name,
+            s.functions_app
+        );
     }
     for n in names.iter().filter(|n| n.starts_with("TABLE_CATALOG_")) {
         assert!(settings::find(n).is_some(), "main.bicep sets {n}, which the binary does not read");
     }
     if identity_based && !names.contains(settings::WEBJOBS_STORAGE) {
         // The binary cannot use the identity-based host connection: it needs its own.
-        assert!(names.contains(settings::CONNECTION_STRING), "identity-based host storage needs AZURE_STORAGE_CONNECTION_STRING");
+        assert!(
+            names.contains(settings::CONNECTION_STRING),
+            "identity-based host storage needs AZURE_STORAGE_CONNECTION_STRING"
+        );
         assert!(names.contains("AzureWebJobsStorage__clientId"), "a user-assigned identity needs __clientId");
     }
     // Flex Consumption sets these itself (functionAppConfig.runtime) and rejects them.
-    for n in ["FUNCTIONS_WORKER_RUNTIME", "FUNCTIONS_EXTENSION_VERSION", "WEBSITE_RUN_FROM_PACKAGE", "WEBSITE_CONTENTSHARE"] {
+    for n in
+        ["FUNCTIONS_WORKER_RUNTIME", "FUNCTIONS_EXTENSION_VERSION", "WEBSITE_RUN_FROM_PACKAGE", "WEBSITE_CONTENTSHARE"]
+    {
         assert!(!names.contains(n), "{n} must not be set on a Flex Consumption app");
     }
     assert!(names.contains("APPLICATIONINSIGHTS_CONNECTION_STRING"));
@@ -540,7 +572,10 @@ fn bicep_deploys_a_linux_flex_consumption_custom_handler_app() {
 }
 
 /// Bicep's derivation of the storage names, for a given catalog name.
-fn bicep_names(b: &Bicep, catalog: Option<&str>) -> (BTreeMap<&'static str, String>, BTreeSet<String>, BTreeSet<String>) {
+fn bicep_names(
+    b: &Bicep,
+    catalog: Option<&str>,
+) -> (BTreeMap<&'static str, String>, BTreeSet<String>, BTreeSet<String>) {
     let mut params = no_overrides();
     if let Some(c) = catalog {
         params.insert("catalogName".to_string(), c.to_string());
@@ -598,7 +633,9 @@ fn parameters_file_fits_the_bicep_and_local_settings() {
     assert_eq!(value("catalogName"), values[settings::NAME]);
     assert_eq!(value("indexKeys"), values[settings::INDEX_KEYS]);
     assert_eq!(value("rowKey"), values[settings::ROW_KEY]);
-    for (setting, param) in [(settings::INDEX_KEYS, "indexKeys"), (settings::ROW_KEY, "rowKey"), (settings::NAME, "catalogName")] {
+    for (setting, param) in
+        [(settings::INDEX_KEYS, "indexKeys"), (settings::ROW_KEY, "rowKey"), (settings::NAME, "catalogName")]
+    {
         let expr = b.setting_expr(setting).unwrap();
         let marker: BTreeMap<String, String> = [(param.to_string(), "Marker7".to_string())].into();
         assert_eq!(b.eval(expr, &marker).as_deref(), Some("Marker7"), "{setting} must come from param {param}");
@@ -644,7 +681,8 @@ fn catalog_identifiers(text: &str) -> Vec<String> {
     let mut rest = text;
     while let Some(i) = rest.find("TABLE_CATALOG_") {
         let tail = &rest[i..];
-        let len = tail.find(|c: char| !(c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_')).unwrap_or(tail.len());
+        let len =
+            tail.find(|c: char| !(c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_')).unwrap_or(tail.len());
         out.push(tail[..len].trim_end_matches('_').to_string());
         rest = &tail[len..];
     }

@@ -98,16 +98,22 @@ async fn airports_import_over_http_and_lookups_by_each_identifier() {
     assert_eq!(h.get_json(&format!("/api/nothing?code={key}")).await.0, 404);
     assert_eq!(h.client().delete(h.url(&format!("/api/records/batch?code={key}"))).send().await.unwrap().status(), 404);
     assert_eq!(h.get_json(&format!("/records?code={key}")).await.0, 404, "routes live under the api prefix");
-    let (s, body) = h.get_json(&format!("/api/wal/20250101T000000000000Z_00000000-0000-0000-0000-000000000000?code={key}")).await;
+    let (s, body) =
+        h.get_json(&format!("/api/wal/20250101T000000000000Z_00000000-0000-0000-0000-000000000000?code={key}")).await;
     assert!(s == 404 || s == 400, "wal/{{id}} is routed to the handler: {s} {body}");
-    let refused: Vec<_> = h.http_records().into_iter().filter(|r| r.status == 401 || r.forwarded_uri.is_none()).collect();
+    let refused: Vec<_> =
+        h.http_records().into_iter().filter(|r| r.status == 401 || r.forwarded_uri.is_none()).collect();
     assert_eq!(refused.len(), 4, "401 and 404 answered by the host without forwarding: {refused:?}");
 
     let schema = common::airports_schema();
     let rows = import::read_file(&common::airports_csv(), Format::Csv, &schema).unwrap();
     let records: Vec<Record> = rows.into_iter().map(|(_, r)| r.expect("valid airport row")).collect();
     assert_eq!(records.len(), 28_403);
-    let n = std::env::var("TC_HARNESS_AIRPORTS").ok().and_then(|v| v.parse().ok()).unwrap_or(records.len()).min(records.len());
+    let n = std::env::var("TC_HARNESS_AIRPORTS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(records.len())
+        .min(records.len());
     let records = &records[..n];
 
     let import_started = Instant::now();
@@ -225,8 +231,10 @@ async fn queue_intent_is_applied_and_a_redelivered_intent_is_logged_once() {
     assert_eq!(req["Metadata"]["sys"]["MethodName"], "apply");
 
     // Both deliveries report the same WAL id.
-    let ids: Vec<String> =
-        invs.iter().map(|i| i.logs().iter().find_map(|l| logged_wal_id(l)).unwrap_or_else(|| panic!("{:?}", i.logs()))).collect();
+    let ids: Vec<String> = invs
+        .iter()
+        .map(|i| i.logs().iter().find_map(|l| logged_wal_id(l)).unwrap_or_else(|| panic!("{:?}", i.logs())))
+        .collect();
     assert_eq!(ids[0], ids[1], "redelivery logged under the same WAL id");
     let wal_id = ids[0].clone();
     assert!(invs[0].logs()[0].contains(&format!("intent {id} logged as {wal_id} and applied")), "{:?}", invs[0].logs());
@@ -240,7 +248,8 @@ async fn queue_intent_is_applied_and_a_redelivered_intent_is_logged_once() {
 
     // Logged once: one intent marker, one WAL entry ever (the checkpoint is that entry).
     let catalog = Config::new(h.catalog_name()).connection_string(cs.clone()).open().await.unwrap();
-    let range = RowRange { from: Some(INTENT_PREFIX.to_string()), before: Some("intent;".into()), ..RowRange::default() };
+    let range =
+        RowRange { from: Some(INTENT_PREFIX.to_string()), before: Some("intent;".into()), ..RowRange::default() };
     let markers = catalog.store().query_partition(&catalog.names().wal_table, SHARD, &range, 100, None).await.unwrap();
     assert_eq!(markers.entities.len(), 1, "{:?}", markers.entities);
     assert_eq!(markers.entities[0].str("id"), Some(wal_id.as_str()));
@@ -274,12 +283,19 @@ async fn transient_storage_failure_is_retried_and_then_succeeds() {
     assert_eq!(first.len(), 1);
     assert_eq!(first[0].status, Some(500), "{}", h.diagnostics());
     assert!(matches!(first[0].verdict, Verdict::Failure(_)));
-    assert!(first[0].response_body.contains("ServerBusy") || first[0].response_body.contains("storage"), "{}", first[0].response_body);
+    assert!(
+        first[0].response_body.contains("ServerBusy") || first[0].response_body.contains("storage"),
+        "{}",
+        first[0].response_body
+    );
     assert!(h.storage_requests_refused() > 0);
     let released_at = h
         .events_with_time()
         .into_iter()
-        .find_map(|(t, e)| matches!(&e, Event::Released { id: i, dequeue_count: 1, after } if *i == id && *after == visibility).then_some(t))
+        .find_map(|(t, e)| {
+            matches!(&e, Event::Released { id: i, dequeue_count: 1, after } if *i == id && *after == visibility)
+                .then_some(t)
+        })
         .expect("released with host.json visibilityTimeout");
 
     h.wait_for(visibility + Duration::from_secs(60), "the retried delivery to succeed", |h| deleted(h, &id)).await;
@@ -289,13 +305,22 @@ async fn transient_storage_failure_is_retried_and_then_succeeds() {
         .find_map(|(t, e)| matches!(&e, Event::Deleted { id: i, .. } if *i == id).then_some(t))
         .unwrap();
     let invs = h.invocations_of(&id);
-    assert_eq!(invs.iter().map(|i| (i.dequeue_count.unwrap(), i.status)).collect::<Vec<_>>(), [(1, Some(500)), (2, Some(200))]);
+    assert_eq!(
+        invs.iter().map(|i| (i.dequeue_count.unwrap(), i.status)).collect::<Vec<_>>(),
+        [(1, Some(500)), (2, Some(200))]
+    );
     let waited = deleted_at - released_at;
-    assert!(waited >= visibility - Duration::from_millis(1500), "retried after {waited:?}, visibilityTimeout {visibility:?}");
+    assert!(
+        waited >= visibility - Duration::from_millis(1500),
+        "retried after {waited:?}, visibilityTimeout {visibility:?}"
+    );
     assert_eq!(lookup(&h, "icao", "ZZTR").await, vec![airport.clone()]);
     assert_eq!(lookup(&h, "lid", "ZT1").await, vec![airport]);
     assert_eq!(status(&h).await["poison"], 0);
-    eprintln!("transient failure: {} storage requests refused; retried after {waited:.1?}", h.storage_requests_refused());
+    eprintln!(
+        "transient failure: {} storage requests refused; retried after {waited:.1?}",
+        h.storage_requests_refused()
+    );
     h.stop().await;
 }
 
@@ -340,7 +365,8 @@ async fn permanently_bad_messages_end_on_the_poison_queue() {
         let original = body["message"].as_str().unwrap();
         let mid = body["message_id"].as_str().unwrap();
         let expected = [(&id_json, not_json), (&id_op, unknown_op), (&id_idx, no_index)];
-        let (_, text) = expected.iter().find(|(i, _)| i.as_str() == mid).expect("poison message names the queue message id");
+        let (_, text) =
+            expected.iter().find(|(i, _)| i.as_str() == mid).expect("poison message names the queue message id");
         assert_eq!(original, *text);
         reasons.push((mid.to_string(), reason));
     }
@@ -382,10 +408,13 @@ async fn a_message_failing_every_time_is_poisoned_after_max_dequeue_count() {
     let events = h.events();
     let released = events.iter().filter(|e| matches!(e, Event::Released { id: i, .. } if *i == id)).count();
     assert_eq!(released, max as usize - 1);
-    assert!(events.iter().any(|e| matches!(e, Event::Poisoned { id: i, dequeue_count, .. } if *i == id && *dequeue_count == max)));
+    assert!(events
+        .iter()
+        .any(|e| matches!(e, Event::Poisoned { id: i, dequeue_count, .. } if *i == id && *dequeue_count == max)));
 
     assert!(h.invocations_of(&id_bin).is_empty(), "a message that cannot be bound is never invoked");
-    let binding_failures = events.iter().filter(|e| matches!(e, Event::BindingFailed { id: i, .. } if *i == id_bin)).count();
+    let binding_failures =
+        events.iter().filter(|e| matches!(e, Event::BindingFailed { id: i, .. } if *i == id_bin)).count();
     assert_eq!(binding_failures, max as usize);
 
     let poison = h.poison_messages().await;
@@ -419,7 +448,8 @@ async fn timer_sweeps_an_entry_whose_hint_was_lost() {
 
     let sweep_report = |inv: &harness::Invocation| -> Value {
         assert!(inv.succeeded(), "{inv:?}");
-        let line = inv.logs().iter().find_map(|l| l.strip_prefix("sweep: ")).unwrap_or_else(|| panic!("{:?}", inv.logs()));
+        let line =
+            inv.logs().iter().find_map(|l| l.strip_prefix("sweep: ")).unwrap_or_else(|| panic!("{:?}", inv.logs()));
         serde_json::from_str(line).unwrap()
     };
     let early = h.fire_timer().await;
@@ -446,7 +476,10 @@ async fn timer_sweeps_an_entry_whose_hint_was_lost() {
     assert_eq!((s, body["state"].as_str()), (200, Some("applied")), "{body}");
     assert!(h.invocations().iter().all(|i| i.function == "sweep"), "nothing came through the queue");
     let output = h.handler_output();
-    assert!(!output.iter().any(|l| l.contains("not understood")), "the handler understood the timer payload: {output:?}");
+    assert!(
+        !output.iter().any(|l| l.contains("not understood")),
+        "the handler understood the timer payload: {output:?}"
+    );
     assert!(h.bugs().is_empty(), "{:?}", h.bugs());
     h.stop().await;
 }

@@ -10,7 +10,13 @@ use tower::ServiceExt;
 
 use common::{airports_catalog, backends};
 
-async fn call(app: &axum::Router, method: &str, uri: &str, ct: Option<&str>, body: impl Into<Body>) -> (StatusCode, Value) {
+async fn call(
+    app: &axum::Router,
+    method: &str,
+    uri: &str,
+    ct: Option<&str>,
+    body: impl Into<Body>,
+) -> (StatusCode, Value) {
     let mut req = Request::builder().method(method).uri(uri);
     if let Some(ct) = ct {
         req = req.header("content-type", ct);
@@ -99,7 +105,9 @@ async fn replace_and_batch() {
 async fn paging_with_continuation() {
     for backend in backends() {
         let app = table_catalog::http::router(airports_catalog(backend).await);
-        let batch: Vec<Value> = (0..30).map(|i| json!({"icao": format!("X{i:03}"), "lid": "SHARED", "name": format!("Field {i:02}")})).collect();
+        let batch: Vec<Value> = (0..30)
+            .map(|i| json!({"icao": format!("X{i:03}"), "lid": "SHARED", "name": format!("Field {i:02}")}))
+            .collect();
         let (s, _) = call(&app, "POST", "/api/records/batch?wait=true", JSON, Value::Array(batch).to_string()).await;
         assert_eq!(s, StatusCode::ACCEPTED);
         let mut names = Vec::new();
@@ -131,16 +139,31 @@ async fn bad_input_gets_a_clear_4xx_and_writes_nothing() {
         }
         let cases: Vec<(Option<&str>, String, StatusCode, &str)> = vec![
             (JSON, json!({"icao": "KJFK"}).to_string(), StatusCode::BAD_REQUEST, "row-key field 'name'"),
-            (JSON, json!({"name": "x", "iata": ""}).to_string(), StatusCode::BAD_REQUEST, "no value for any index field"),
+            (
+                JSON,
+                json!({"name": "x", "iata": ""}).to_string(),
+                StatusCode::BAD_REQUEST,
+                "no value for any index field",
+            ),
             (JSON, json!({"name": "x", "icao": "k".repeat(600)}).to_string(), StatusCode::BAD_REQUEST, "limit is 512"),
             (JSON, json!({"name": "x", "icao": "K", "RowKey": "r"}).to_string(), StatusCode::BAD_REQUEST, "reserved"),
             (JSON, json!({"name": "x", "icao": "K", "_tc": "r"}).to_string(), StatusCode::BAD_REQUEST, "reserved"),
             (JSON, "[1,2]".to_string(), StatusCode::BAD_REQUEST, "JSON object"),
             (JSON, "\"text\"".to_string(), StatusCode::BAD_REQUEST, "JSON object"),
             (JSON, "{\"icao\": \"K\", ".to_string(), StatusCode::BAD_REQUEST, "invalid JSON"),
-            (JSON, json!({"name": "x", "icao": "K", "s": "x".repeat(40_000)}).to_string(), StatusCode::PAYLOAD_TOO_LARGE, "32768"),
+            (
+                JSON,
+                json!({"name": "x", "icao": "K", "s": "x".repeat(40_000)}).to_string(),
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "32768",
+            ),
             (JSON, Value::Object(too_many).to_string(), StatusCode::BAD_REQUEST, "limit is 251"),
-            (JSON, json!({"name": "x", "icao": "K", "s": "x".repeat(2 * 1024 * 1024)}).to_string(), StatusCode::PAYLOAD_TOO_LARGE, "limit"),
+            (
+                JSON,
+                json!({"name": "x", "icao": "K", "s": "x".repeat(2 * 1024 * 1024)}).to_string(),
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "limit",
+            ),
             (Some("text/plain"), jfk().to_string(), StatusCode::UNSUPPORTED_MEDIA_TYPE, "application/json"),
             (None, jfk().to_string(), StatusCode::UNSUPPORTED_MEDIA_TYPE, "application/json"),
         ];
@@ -168,7 +191,14 @@ async fn bad_input_gets_a_clear_4xx_and_writes_nothing() {
         }
         let (s, _) = call(&app, "GET", "/api/wal/not-an-id", None, Body::empty()).await;
         assert_eq!(s, StatusCode::BAD_REQUEST);
-        let (s, _) = call(&app, "GET", "/api/wal/2026-01-01T00:00:00.000000_00000000-0000-0000-0000-000000000000", None, Body::empty()).await;
+        let (s, _) = call(
+            &app,
+            "GET",
+            "/api/wal/2026-01-01T00:00:00.000000_00000000-0000-0000-0000-000000000000",
+            None,
+            Body::empty(),
+        )
+        .await;
         assert_eq!(s, StatusCode::NOT_FOUND);
         let status = catalog.status().await.unwrap();
         assert_eq!(status.pending, 0, "nothing was written");

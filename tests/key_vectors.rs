@@ -44,7 +44,8 @@ fn synthetic_cases_match_the_reference() {
             }
             assert_eq!(partition_key(field, value).unwrap(), escape_key(want), "case {case}");
         } else {
-            let keys: Vec<String> = v["index_keys"].as_array().unwrap().iter().map(|k| k.as_str().unwrap().to_string()).collect();
+            let keys: Vec<String> =
+                v["index_keys"].as_array().unwrap().iter().map(|k| k.as_str().unwrap().to_string()).collect();
             let schema = Schema::new(keys, v["row_key_field"].as_str().unwrap()).unwrap();
             let record = v["record"].as_object().unwrap();
             let want = escape_key(&v["row_key_ref"].as_str().unwrap().to_lowercase());

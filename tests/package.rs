@@ -61,7 +61,8 @@ fn zip_entries(bytes: &[u8]) -> Vec<ZipEntry> {
         let made_by_host = bytes[at + 5];
         let crc32 = u32_at(bytes, at + 16);
         let size = u64::from(u32_at(bytes, at + 24));
-        let (name_len, extra_len, comment_len) = (u16_at(bytes, at + 28), u16_at(bytes, at + 30), u16_at(bytes, at + 32));
+        let (name_len, extra_len, comment_len) =
+            (u16_at(bytes, at + 28), u16_at(bytes, at + 30), u16_at(bytes, at + 32));
         let external = u32_at(bytes, at + 38);
         let name = String::from_utf8(bytes[at + 46..at + 46 + name_len].to_vec()).expect("UTF-8 entry name");
         let mode = (made_by_host == 3).then_some(external >> 16);
@@ -164,7 +165,13 @@ fn package_has_the_host_layout_and_the_binary_starts_in_handler_mode() {
         assert_eq!(mode & 0o777, want_mode, "{}: mode {:o}", e.name, mode & 0o777);
         if let Some(src) = expected.remove(&e.name) {
             let content = fs::read(&src).unwrap();
-            assert_eq!((e.size, e.crc32), (content.len() as u64, crc32(&content)), "{} differs from {}", e.name, src.display());
+            assert_eq!(
+                (e.size, e.crc32),
+                (content.len() as u64, crc32(&content)),
+                "{} differs from {}",
+                e.name,
+                src.display()
+            );
         }
     }
 
@@ -189,7 +196,8 @@ fn package_has_the_host_layout_and_the_binary_starts_in_handler_mode() {
     assert_eq!(u16::from_le_bytes([elf[18], elf[19]]), 0x3e, "x86-64 machine");
 
     // Start it as the host does: `<app root>/table-catalog handler`, cwd = app root.
-    let values: serde_json::Value = serde_json::from_str(&fs::read_to_string(root().join("local.settings.json")).unwrap()).unwrap();
+    let values: serde_json::Value =
+        serde_json::from_str(&fs::read_to_string(root().join("local.settings.json")).unwrap()).unwrap();
     let port = free_port();
     let logs = out.path().join("handler.log");
     let mut cmd = Command::new(&exe);

@@ -19,7 +19,10 @@ use table_catalog::store::Store;
 use table_catalog::verify;
 
 fn jfk(v: u32) -> Record {
-    json!({"icao": "KJFK", "iata": "JFK", "lid": "JFK", "name": "John F Kennedy International Airport", "v": v}).as_object().cloned().unwrap()
+    json!({"icao": "KJFK", "iata": "JFK", "lid": "JFK", "name": "John F Kennedy International Airport", "v": v})
+        .as_object()
+        .cloned()
+        .unwrap()
 }
 
 fn options() -> CatalogOptions {
@@ -33,7 +36,9 @@ async fn scenario(backend: common::Backend, then_delete: bool) {
     let names = Names::new(&common::unique_name("stale"), None, None).unwrap();
     let slow = Arc::new(FaultStore::new(inner.clone(), 1));
     let x = Arc::new(Catalog::open(slow.clone(), names.clone(), common::airports_schema(), options()).await.unwrap());
-    let y = Catalog::open(inner.clone() as Arc<dyn Store>, names.clone(), common::airports_schema(), options()).await.unwrap();
+    let y = Catalog::open(inner.clone() as Arc<dyn Store>, names.clone(), common::airports_schema(), options())
+        .await
+        .unwrap();
 
     // X logs v=1 and starts applying it; its second row write freezes for longer than the lease.
     x.upsert(jfk(1), false).await.unwrap();

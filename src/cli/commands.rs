@@ -24,8 +24,11 @@ pub async fn run(cli: Cli) -> Result<ExitCode> {
         // connections wait in the backlog until the router serves them.
         let port = std::env::var(settings::CUSTOMHANDLER_PORT)
             .with_context(|| format!("{} is not set (the Functions host sets it)", settings::CUSTOMHANDLER_PORT))?;
-        let port: u16 = port.trim().parse().with_context(|| format!("{}: '{port}' is not a port", settings::CUSTOMHANDLER_PORT))?;
-        let listener = tokio::net::TcpListener::bind(("127.0.0.1", port)).await.with_context(|| format!("binding 127.0.0.1:{port}"))?;
+        let port: u16 =
+            port.trim().parse().with_context(|| format!("{}: '{port}' is not a port", settings::CUSTOMHANDLER_PORT))?;
+        let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
+            .await
+            .with_context(|| format!("binding 127.0.0.1:{port}"))?;
         let catalog = Arc::new(config.open().await.context("opening the catalog")?);
         tracing::info!(port, "custom handler listening");
         let app = table_catalog::functions::handler_router(catalog);
@@ -42,7 +45,8 @@ pub async fn run(cli: Cli) -> Result<ExitCode> {
             let names = catalog.names();
             tracing::info!(address = %listen, table = %names.table, wal = %names.wal_table, queue = %names.queue, backend = ?config.backend, "serving");
             eprintln!("table-catalog listening on http://{listen} (catalog '{}'); Ctrl-C to stop", names.table);
-            let opts = ServeOptions { sweep_interval: Duration::from_secs(sweep_interval.max(1)), ..ServeOptions::default() };
+            let opts =
+                ServeOptions { sweep_interval: Duration::from_secs(sweep_interval.max(1)), ..ServeOptions::default() };
             server::serve(catalog, listener, opts, server::shutdown_signal()).await?;
         }
         Command::Handler => {} // served above, before the catalog is opened
@@ -98,7 +102,9 @@ pub async fn run(cli: Cli) -> Result<ExitCode> {
             if pending > 0 {
                 eprintln!("warning: {pending} WAL entries are pending; run `recover` first for a meaningful check");
             }
-            let report = table_catalog::verify::verify(catalog.store().as_ref(), &catalog.names().table, catalog.schema()).await?;
+            let report =
+                table_catalog::verify::verify(catalog.store().as_ref(), &catalog.names().table, catalog.schema())
+                    .await?;
             println!("{}", serde_json::to_string(&report)?);
             if !report.ok() {
                 return Ok(ExitCode::from(3));
@@ -136,7 +142,8 @@ async fn import_file(
             .unwrap_or_else(|_| ProgressStyle::default_bar()),
     );
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let worker = (!no_apply).then(|| tokio::spawn(server::run_worker(catalog.clone(), ServeOptions::default(), stop_rx)));
+    let worker =
+        (!no_apply).then(|| tokio::spawn(server::run_worker(catalog.clone(), ServeOptions::default(), stop_rx)));
     let summary = import::import_rows(catalog, rows, batch, |done| {
         bar.set_position(done as u64);
         if print_acks {

@@ -239,12 +239,11 @@ pub fn parse_queue_invocation(body: &[u8], binding: &str) -> Result<QueueInvocat
     let id = req.metadata_text("Id")?.ok_or_else(|| PayloadError::MissingMetadata("Id".into()))?;
     let count_text =
         req.metadata_text("DequeueCount")?.ok_or_else(|| PayloadError::MissingMetadata("DequeueCount".into()))?;
-    let dequeue_count = count_text.trim().parse::<u32>().ok().filter(|n| *n >= 1).ok_or_else(|| {
-        PayloadError::InvalidMetadata {
+    let dequeue_count =
+        count_text.trim().parse::<u32>().ok().filter(|n| *n >= 1).ok_or_else(|| PayloadError::InvalidMetadata {
             key: "DequeueCount".into(),
             reason: format!("expected a positive integer, got {count_text:?}"),
-        }
-    })?;
+        })?;
     Ok(QueueInvocation {
         message,
         id,
@@ -491,7 +490,10 @@ mod tests {
             Err(PayloadError::MissingMetadata("DequeueCount".into()))
         );
         let no_id = r#"{"Data":{"message":"\"t\""},"Metadata":{"DequeueCount":"1"}}"#;
-        assert_eq!(parse_queue_invocation(no_id.as_bytes(), "message"), Err(PayloadError::MissingMetadata("Id".into())));
+        assert_eq!(
+            parse_queue_invocation(no_id.as_bytes(), "message"),
+            Err(PayloadError::MissingMetadata("Id".into()))
+        );
         for bad in [r#""x""#, r#""0""#, "-1", r#"{"a":1}"#] {
             let body = format!(r#"{{"Data":{{"message":"\"t\""}},"Metadata":{{"Id":"\"i\"","DequeueCount":{bad}}}}}"#);
             assert!(

@@ -157,7 +157,9 @@ mod tests {
         let (status, _, second) = invoke(&app, "/apply", queue_invocation(intent, "msg-1", 2)).await;
         assert_eq!(status, StatusCode::OK, "{second}");
         assert_eq!(logs(&first), logs(&second));
-        let filter = crate::messages::filter_from_object(json!({"ssn": "123-45-6789"}).as_object().unwrap(), None, None).unwrap();
+        let filter =
+            crate::messages::filter_from_object(json!({"ssn": "123-45-6789"}).as_object().unwrap(), None, None)
+                .unwrap();
         let records = catalog.query_all(&filter).await.unwrap();
         assert_eq!(records.len(), 1);
         assert_eq!(catalog.status().await.unwrap().pending, 0);

@@ -31,13 +31,19 @@ impl ApiError {
         ApiError {
             status: StatusCode::UNSUPPORTED_MEDIA_TYPE,
             code: "unsupported_media_type",
-            message: format!("content type '{got}' is not supported; send application/json (or application/x-ndjson for batches)"),
+            message: format!(
+                "content type '{got}' is not supported; send application/json (or application/x-ndjson for batches)"
+            ),
         }
     }
 
     /// A 413 for a body over `limit` bytes.
     pub fn too_large(limit: usize) -> ApiError {
-        ApiError { status: StatusCode::PAYLOAD_TOO_LARGE, code: "too_large", message: format!("request body is over the limit of {limit} bytes") }
+        ApiError {
+            status: StatusCode::PAYLOAD_TOO_LARGE,
+            code: "too_large",
+            message: format!("request body is over the limit of {limit} bytes"),
+        }
     }
 }
 

@@ -52,7 +52,11 @@ pub fn router(catalog: AppState) -> Router {
         .route("/", get(|| async { "table-catalog" }))
         .route(
             "/api/records",
-            post(insert_record).put(replace_records).get(query_records).delete(delete_records).layer(DefaultBodyLimit::max(MAX_RECORD_BODY)),
+            post(insert_record)
+                .put(replace_records)
+                .get(query_records)
+                .delete(delete_records)
+                .layer(DefaultBodyLimit::max(MAX_RECORD_BODY)),
         )
         .route("/api/records/batch", post(batch).layer(DefaultBodyLimit::max(MAX_BATCH_BODY)))
         .route("/api/wal/{id}", get(wal_state))
@@ -110,7 +114,13 @@ fn content_type(headers: &HeaderMap) -> String {
 }
 
 fn body_bytes(body: Result<Bytes, BytesRejection>, limit: usize) -> Result<Bytes, ApiError> {
-    body.map_err(|r| if r.status() == StatusCode::PAYLOAD_TOO_LARGE { ApiError::too_large(limit) } else { ApiError::bad_request(r.body_text()) })
+    body.map_err(|r| {
+        if r.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            ApiError::too_large(limit)
+        } else {
+            ApiError::bad_request(r.body_text())
+        }
+    })
 }
 
 /// The JSON object in a single-record body.
@@ -160,7 +170,11 @@ async fn replace_records(
 ) -> Result<Response, ApiError> {
     let p = params(q)?;
     let record = record_body(&headers, body)?;
-    let w = if p.fields.is_empty() { c.upsert(record, p.wait).await? } else { c.replace(p.filter(), record, p.wait).await? };
+    let w = if p.fields.is_empty() {
+        c.upsert(record, p.wait).await?
+    } else {
+        c.replace(p.filter(), record, p.wait).await?
+    };
     Ok(written(w))
 }
 
@@ -192,7 +206,10 @@ fn batch_items(ct: &str, bytes: &[u8]) -> Result<Vec<Result<Record, ApiError>>, 
             Ok(_) => Err(ApiError::bad_request("body: a batch is a JSON array of records (or JSON lines)")),
             Err(e) => Err(ApiError::bad_request(format!("body: invalid JSON: {e}"))),
         }
-    } else if ct.starts_with("application/x-ndjson") || ct.starts_with("application/jsonl") || ct.starts_with("application/json-lines") {
+    } else if ct.starts_with("application/x-ndjson")
+        || ct.starts_with("application/jsonl")
+        || ct.starts_with("application/json-lines")
+    {
         let text = std::str::from_utf8(bytes).map_err(|_| ApiError::bad_request("body: JSON lines must be UTF-8"))?;
         Ok(text
             .lines()

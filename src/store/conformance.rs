@@ -23,8 +23,23 @@ pub fn unique_queue(prefix: &str) -> String {
 /// Key strings that are legal in Azure but hard to carry through URLs and OData filters.
 pub fn tricky_keys() -> Vec<String> {
     let mut keys: Vec<String> = [
-        "it's", "''", "'", "a',RowKey='x", "x' or PartitionKey ne '", "100%", "50%25", "%41", "a+b", "a b", "a&b=c",
-        "a)b(", "é", "😀", "", "\u{e000}", "~",
+        "it's",
+        "''",
+        "'",
+        "a',RowKey='x",
+        "x' or PartitionKey ne '",
+        "100%",
+        "50%25",
+        "%41",
+        "a+b",
+        "a b",
+        "a&b=c",
+        "a)b(",
+        "é",
+        "😀",
+        "",
+        "\u{e000}",
+        "~",
     ]
     .iter()
     .map(|s| s.to_string())
@@ -57,7 +72,10 @@ fn e(pk: &str, rk: &str, n: i32) -> Entity {
 /// Insert, get, upsert, delete, missing tables.
 pub async fn entity_crud(store: &dyn Store) {
     let t = unique_table("crud");
-    assert!(matches!(store.get(&t, "p", "r").await, Err(StoreError::NotFound(_))), "get on a missing table is NotFound");
+    assert!(
+        matches!(store.get(&t, "p", "r").await, Err(StoreError::NotFound(_))),
+        "get on a missing table is NotFound"
+    );
     store.create_table(&t).await.unwrap();
     store.create_table(&t).await.expect("create_table is idempotent");
     assert_eq!(store.get(&t, "p", "r").await.unwrap(), None);
@@ -132,10 +150,16 @@ pub async fn entity_limits(store: &dyn Store) {
         let rk = entity.row_key.clone();
         assert!(matches!(store.insert(&t, &entity).await, Err(StoreError::InvalidInput(_))), "insert {rk}");
         assert!(matches!(store.upsert(&t, &entity).await, Err(StoreError::InvalidInput(_))), "upsert {rk}");
-        assert!(matches!(store.batch(&t, "p", &[BatchOp::Insert(entity)]).await, Err(StoreError::InvalidInput(_))), "batch {rk}");
+        assert!(
+            matches!(store.batch(&t, "p", &[BatchOp::Insert(entity)]).await, Err(StoreError::InvalidInput(_))),
+            "batch {rk}"
+        );
         assert_eq!(store.get(&t, "p", &rk).await.unwrap(), None, "{rk} not written");
     }
-    store.insert(&t, &e("p", "ok", 0).with("s", Value::String("😀".repeat(16 * 1024)))).await.expect("32,768 UTF-16 units");
+    store
+        .insert(&t, &e("p", "ok", 0).with("s", Value::String("😀".repeat(16 * 1024))))
+        .await
+        .expect("32,768 UTF-16 units");
     store.delete_table(&t).await.unwrap();
 }
 
@@ -150,15 +174,25 @@ pub async fn tricky_keys_everywhere(store: &dyn Store) {
         let etag = store.insert(&t, &e(k, k, i)).await.unwrap_or_else(|err| panic!("insert {k:?}: {err}"));
         let got = store.get(&t, k, k).await.unwrap().unwrap_or_else(|| panic!("get {k:?}"));
         assert_eq!((got.partition_key.as_str(), got.row_key.as_str()), (k.as_str(), k.as_str()));
-        let etag = store.replace(&t, &e(k, k, i + 100), &IfMatch::Etag(etag)).await.unwrap_or_else(|err| panic!("replace {k:?}: {err}"));
+        let etag = store
+            .replace(&t, &e(k, k, i + 100), &IfMatch::Etag(etag))
+            .await
+            .unwrap_or_else(|err| panic!("replace {k:?}: {err}"));
         let page = store.query_partition(&t, k, &RowRange::default(), 1000, None).await.unwrap();
         assert_eq!(page.entities.len(), 1, "query of partition {k:?}");
         assert_eq!(page.entities[0].properties["n"], Value::Int32(i + 100));
         let exact = RowRange { from: Some(k.clone()), to: Some(k.clone()), ..RowRange::default() };
         assert_eq!(store.query_partition(&t, k, &exact, 1000, None).await.unwrap().entities.len(), 1, "range on {k:?}");
         // The key as RowKey inside a batch (delete addresses it in the URL).
-        let alt = if k.encode_utf16().count() >= 511 { format!("{}2", k.chars().skip(1).collect::<String>()) } else { format!("{k}2") };
-        store.batch(&t, k, &[BatchOp::Insert(e(k, &alt, 0))]).await.unwrap_or_else(|err| panic!("batch insert {k:?}: {err}"));
+        let alt = if k.encode_utf16().count() >= 511 {
+            format!("{}2", k.chars().skip(1).collect::<String>())
+        } else {
+            format!("{k}2")
+        };
+        store
+            .batch(&t, k, &[BatchOp::Insert(e(k, &alt, 0))])
+            .await
+            .unwrap_or_else(|err| panic!("batch insert {k:?}: {err}"));
         store
             .batch(&t, k, &[BatchOp::Delete { row_key: alt.clone(), if_match: IfMatch::Any }])
             .await
@@ -169,7 +203,15 @@ pub async fn tricky_keys_everywhere(store: &dyn Store) {
     // A quote must not let a key address another entity.
     store.insert(&t, &e("p", "a", 1)).await.unwrap();
     assert_eq!(store.get(&t, "p", "a',RowKey='x").await.unwrap(), None);
-    assert_eq!(store.query_partition(&t, "p' or PartitionKey ne '", &RowRange::default(), 10, None).await.unwrap().entities.len(), 0);
+    assert_eq!(
+        store
+            .query_partition(&t, "p' or PartitionKey ne '", &RowRange::default(), 10, None)
+            .await
+            .unwrap()
+            .entities
+            .len(),
+        0
+    );
     store.delete_table(&t).await.unwrap();
 }
 
@@ -180,11 +222,17 @@ pub async fn conditional_writes(store: &dyn Store) {
     let v1 = store.insert(&t, &e("p", "r", 1)).await.unwrap();
     let v2 = store.replace(&t, &e("p", "r", 2), &IfMatch::Etag(v1.clone())).await.unwrap();
     assert!(
-        matches!(store.replace(&t, &e("p", "r", 3), &IfMatch::Etag(v1.clone())).await, Err(StoreError::PreconditionFailed(_))),
+        matches!(
+            store.replace(&t, &e("p", "r", 3), &IfMatch::Etag(v1.clone())).await,
+            Err(StoreError::PreconditionFailed(_))
+        ),
         "replace with a stale ETag"
     );
     assert!(matches!(store.delete(&t, "p", "r", &IfMatch::Etag(v1)).await, Err(StoreError::PreconditionFailed(_))));
-    assert!(matches!(store.replace(&t, &e("p", "ghost", 1), &IfMatch::Any).await, Err(StoreError::NotFound(_))), "replace never creates");
+    assert!(
+        matches!(store.replace(&t, &e("p", "ghost", 1), &IfMatch::Any).await, Err(StoreError::NotFound(_))),
+        "replace never creates"
+    );
     assert_eq!(store.get(&t, "p", "ghost").await.unwrap(), None);
     let v3 = store.replace(&t, &e("p", "r", 4), &IfMatch::Any).await.unwrap();
     assert_ne!(v2, v3);
@@ -237,7 +285,8 @@ pub async fn paging(store: &dyn Store) {
     // First page of a limited query, then resume from its token.
     let first = store.query_partition(&t, "p2500", &RowRange::default(), 5, None).await.unwrap();
     assert_eq!(first.entities.len(), 5);
-    let second = store.query_partition(&t, "p2500", &RowRange::default(), 5, first.continuation.as_deref()).await.unwrap();
+    let second =
+        store.query_partition(&t, "p2500", &RowRange::default(), 5, first.continuation.as_deref()).await.unwrap();
     assert_eq!(second.entities[0].row_key, "00005");
     // A page size over 1,000 is capped.
     let capped = store.query_partition(&t, "p2500", &RowRange::default(), 5000, None).await.unwrap();
@@ -299,7 +348,10 @@ pub async fn batches(store: &dyn Store) {
     let ops = |n: usize, pk: &str| (0..n).map(|i| BatchOp::Insert(e(pk, &format!("{i:03}"), 0))).collect::<Vec<_>>();
     let etags = store.batch(&t, "full", &ops(100, "full")).await.unwrap();
     assert_eq!(etags.len(), 100);
-    assert!(matches!(store.batch(&t, "over", &ops(101, "over")).await, Err(StoreError::InvalidInput(_))), "101 operations");
+    assert!(
+        matches!(store.batch(&t, "over", &ops(101, "over")).await, Err(StoreError::InvalidInput(_))),
+        "101 operations"
+    );
     let mut mixed = ops(2, "m1");
     mixed.push(BatchOp::Insert(e("m2", "x", 0)));
     assert!(matches!(store.batch(&t, "m1", &mixed).await, Err(StoreError::InvalidInput(_))), "mixed partitions");
@@ -312,16 +364,24 @@ pub async fn batches(store: &dyn Store) {
     store.upsert(&t, &e("f2", "099", 1)).await.unwrap();
     let cases: Vec<(&str, Vec<BatchOp>, usize)> = vec![
         ("f", ops(100, "f"), 50),
-        ("f0", {
-            let mut o = ops(10, "f0");
-            o[0] = BatchOp::Replace(e("f0", "000", 1), IfMatch::Any);
-            o
-        }, 0),
-        ("f2", {
-            let mut o = ops(100, "f2");
-            o[99] = BatchOp::Replace(e("f2", "099", 2), IfMatch::Etag(v));
-            o
-        }, 99),
+        (
+            "f0",
+            {
+                let mut o = ops(10, "f0");
+                o[0] = BatchOp::Replace(e("f0", "000", 1), IfMatch::Any);
+                o
+            },
+            0,
+        ),
+        (
+            "f2",
+            {
+                let mut o = ops(100, "f2");
+                o[99] = BatchOp::Replace(e("f2", "099", 2), IfMatch::Etag(v));
+                o
+            },
+            99,
+        ),
     ];
     for (pk, batch, want) in cases {
         match store.batch(&t, pk, &batch).await {
@@ -388,10 +448,16 @@ pub async fn queue_visibility_and_receipts(store: &dyn Store) {
     assert_eq!(second.id, first.id);
     assert_eq!(second.dequeue_count, 2);
     assert_ne!(second.pop_receipt, first.pop_receipt);
-    assert!(matches!(store.delete_message(&q, &first.id, &first.pop_receipt).await, Err(StoreError::PreconditionFailed(_))));
+    assert!(matches!(
+        store.delete_message(&q, &first.id, &first.pop_receipt).await,
+        Err(StoreError::PreconditionFailed(_))
+    ));
     // Release keeps the text; only the newest receipt works.
     let receipt = store.release_message(&q, &second.id, &second.pop_receipt, "m", Duration::ZERO).await.unwrap();
-    assert!(matches!(store.delete_message(&q, &second.id, &second.pop_receipt).await, Err(StoreError::PreconditionFailed(_))));
+    assert!(matches!(
+        store.delete_message(&q, &second.id, &second.pop_receipt).await,
+        Err(StoreError::PreconditionFailed(_))
+    ));
     let again = store.receive_messages(&q, 1, Duration::from_secs(30)).await.unwrap().remove(0);
     assert_eq!((again.text.as_str(), again.dequeue_count), ("m", 3));
     assert!(matches!(store.delete_message(&q, &again.id, &receipt).await, Err(StoreError::PreconditionFailed(_))));
@@ -404,10 +470,16 @@ pub async fn queue_limits(store: &dyn Store) {
     let q = unique_queue("lim");
     store.create_queue(&q).await.unwrap();
     store.put_message(&q, &"a".repeat(64 * 1024), Duration::ZERO).await.expect("64 KiB message");
-    assert!(matches!(store.put_message(&q, &"a".repeat(64 * 1024 + 1), Duration::ZERO).await, Err(StoreError::InvalidInput(_))));
+    assert!(matches!(
+        store.put_message(&q, &"a".repeat(64 * 1024 + 1), Duration::ZERO).await,
+        Err(StoreError::InvalidInput(_))
+    ));
     assert!(matches!(store.receive_messages(&q, 0, Duration::from_secs(30)).await, Err(StoreError::InvalidInput(_))));
     assert!(matches!(store.receive_messages(&q, 33, Duration::from_secs(30)).await, Err(StoreError::InvalidInput(_))));
-    assert!(matches!(store.receive_messages(&q, 1, Duration::from_millis(500)).await, Err(StoreError::InvalidInput(_))));
+    assert!(matches!(
+        store.receive_messages(&q, 1, Duration::from_millis(500)).await,
+        Err(StoreError::InvalidInput(_))
+    ));
     assert!(matches!(
         store.put_message(&q, "x", Duration::from_secs(7 * 24 * 3600 + 1)).await,
         Err(StoreError::InvalidInput(_))

@@ -51,7 +51,14 @@ impl OpKind {
     pub fn is_write(self) -> bool {
         matches!(
             self,
-            OpKind::Insert | OpKind::Upsert | OpKind::Replace | OpKind::Delete | OpKind::Batch | OpKind::PutMessage | OpKind::DeleteMessage | OpKind::ReleaseMessage
+            OpKind::Insert
+                | OpKind::Upsert
+                | OpKind::Replace
+                | OpKind::Delete
+                | OpKind::Batch
+                | OpKind::PutMessage
+                | OpKind::DeleteMessage
+                | OpKind::ReleaseMessage
         )
     }
 }
@@ -161,7 +168,9 @@ impl FaultStore {
     pub fn committed(&self, partition: &str, before: &str) -> Vec<(String, Entity)> {
         self.wal_log
             .lock()
-            .map(|l| l.iter().filter(|(_, e)| e.partition_key == partition && e.row_key.as_str() < before).cloned().collect())
+            .map(|l| {
+                l.iter().filter(|(_, e)| e.partition_key == partition && e.row_key.as_str() < before).cloned().collect()
+            })
             .unwrap_or_default()
     }
 
@@ -190,7 +199,12 @@ impl FaultStore {
         None
     }
 
-    async fn run<T>(&self, op: OpKind, target: &str, call: impl std::future::Future<Output = StoreResult<T>>) -> StoreResult<T> {
+    async fn run<T>(
+        &self,
+        op: OpKind,
+        target: &str,
+        call: impl std::future::Future<Output = StoreResult<T>>,
+    ) -> StoreResult<T> {
         match self.pick(op, target) {
             None => call.await,
             Some(Fault::Fail(e)) => Err(e),
@@ -246,7 +260,14 @@ impl TableStore for FaultStore {
     async fn delete(&self, table: &str, pk: &str, rk: &str, if_match: &IfMatch) -> StoreResult<()> {
         self.run(OpKind::Delete, table, self.inner.delete(table, pk, rk, if_match)).await
     }
-    async fn query_partition(&self, table: &str, pk: &str, range: &RowRange, limit: usize, continuation: Option<&str>) -> StoreResult<Page> {
+    async fn query_partition(
+        &self,
+        table: &str,
+        pk: &str,
+        range: &RowRange,
+        limit: usize,
+        continuation: Option<&str>,
+    ) -> StoreResult<Page> {
         self.run(OpKind::Query, table, self.inner.query_partition(table, pk, range, limit, continuation)).await
     }
     async fn scan(&self, table: &str, limit: usize, continuation: Option<&str>) -> StoreResult<Page> {
@@ -256,7 +277,10 @@ impl TableStore for FaultStore {
         self.run(OpKind::Batch, table, async {
             let r = self.inner.batch(table, pk, ops).await;
             if r.is_ok() {
-                self.record(table, ops.iter().filter_map(|op| if let BatchOp::Insert(e) = op { Some(e.clone()) } else { None }));
+                self.record(
+                    table,
+                    ops.iter().filter_map(|op| if let BatchOp::Insert(e) = op { Some(e.clone()) } else { None }),
+                );
             }
             r
         })
@@ -275,14 +299,27 @@ impl QueueStore for FaultStore {
     async fn put_message(&self, queue: &str, text: &str, visible_after: Duration) -> StoreResult<String> {
         self.run(OpKind::PutMessage, queue, self.inner.put_message(queue, text, visible_after)).await
     }
-    async fn receive_messages(&self, queue: &str, max: usize, visibility: Duration) -> StoreResult<Vec<ReceivedMessage>> {
+    async fn receive_messages(
+        &self,
+        queue: &str,
+        max: usize,
+        visibility: Duration,
+    ) -> StoreResult<Vec<ReceivedMessage>> {
         self.run(OpKind::Receive, queue, self.inner.receive_messages(queue, max, visibility)).await
     }
     async fn delete_message(&self, queue: &str, id: &str, pop_receipt: &str) -> StoreResult<()> {
         self.run(OpKind::DeleteMessage, queue, self.inner.delete_message(queue, id, pop_receipt)).await
     }
-    async fn release_message(&self, queue: &str, id: &str, pop_receipt: &str, text: &str, visible_after: Duration) -> StoreResult<String> {
-        self.run(OpKind::ReleaseMessage, queue, self.inner.release_message(queue, id, pop_receipt, text, visible_after)).await
+    async fn release_message(
+        &self,
+        queue: &str,
+        id: &str,
+        pop_receipt: &str,
+        text: &str,
+        visible_after: Duration,
+    ) -> StoreResult<String> {
+        self.run(OpKind::ReleaseMessage, queue, self.inner.release_message(queue, id, pop_receipt, text, visible_after))
+            .await
     }
     async fn approximate_count(&self, queue: &str) -> StoreResult<u64> {
         self.run(OpKind::Count, queue, self.inner.approximate_count(queue)).await

@@ -61,7 +61,9 @@ CREATE INDEX IF NOT EXISTS messages_visible ON messages (queue, visible_at, seq)
 
 fn db_err(e: rusqlite::Error) -> StoreError {
     match e {
-        rusqlite::Error::SqliteFailure(f, _) if matches!(f.code, rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked) => {
+        rusqlite::Error::SqliteFailure(f, _)
+            if matches!(f.code, rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked) =>
+        {
             StoreError::Unavailable(format!("embedded store busy: {e}"))
         }
         other => StoreError::Other(format!("embedded store: {other}")),
@@ -183,9 +185,11 @@ fn require_table(conn: &Connection, table: &str) -> StoreResult<()> {
 }
 
 fn current_etag(conn: &Connection, table: &str, pk: &str, rk: &str) -> StoreResult<Option<String>> {
-    conn.query_row("SELECT etag FROM entities WHERE tbl = ?1 AND pk = ?2 AND rk = ?3", params![table, pk, rk], |r| r.get(0))
-        .optional()
-        .map_err(db_err)
+    conn.query_row("SELECT etag FROM entities WHERE tbl = ?1 AND pk = ?2 AND rk = ?3", params![table, pk, rk], |r| {
+        r.get(0)
+    })
+    .optional()
+    .map_err(db_err)
 }
 
 fn check_if_match(current: Option<String>, if_match: &IfMatch, what: &str) -> StoreResult<()> {
@@ -223,7 +227,8 @@ fn do_replace(conn: &Connection, table: &str, e: &Entity, if_match: &IfMatch) ->
 
 fn do_delete(conn: &Connection, table: &str, pk: &str, rk: &str, if_match: &IfMatch) -> StoreResult<()> {
     check_if_match(current_etag(conn, table, pk, rk)?, if_match, "delete")?;
-    conn.execute("DELETE FROM entities WHERE tbl = ?1 AND pk = ?2 AND rk = ?3", params![table, pk, rk]).map_err(db_err)?;
+    conn.execute("DELETE FROM entities WHERE tbl = ?1 AND pk = ?2 AND rk = ?3", params![table, pk, rk])
+        .map_err(db_err)?;
     Ok(())
 }
 
@@ -263,7 +268,10 @@ impl TableStore for LocalStore {
     async fn create_table(&self, table: &str) -> StoreResult<()> {
         super::check_table_name(table)?;
         let t = table.to_lowercase();
-        self.with(move |c| c.execute("INSERT OR IGNORE INTO tables (name) VALUES (?1)", [t]).map(|_| ()).map_err(db_err)).await
+        self.with(move |c| {
+            c.execute("INSERT OR IGNORE INTO tables (name) VALUES (?1)", [t]).map(|_| ()).map_err(db_err)
+        })
+        .await
     }
 
     async fn delete_table(&self, table: &str) -> StoreResult<()> {
@@ -448,7 +456,9 @@ fn check_receipt(conn: &Connection, queue: &str, id: &str, pop_receipt: &str) ->
         .map_err(db_err)?;
     match current {
         None => Err(StoreError::NotFound(format!("message {id} not found (MessageNotFound)"))),
-        Some(r) if r != pop_receipt => Err(StoreError::PreconditionFailed("pop receipt does not match (PopReceiptMismatch)".into())),
+        Some(r) if r != pop_receipt => {
+            Err(StoreError::PreconditionFailed("pop receipt does not match (PopReceiptMismatch)".into()))
+        }
         Some(_) => Ok(()),
     }
 }
@@ -458,7 +468,10 @@ impl QueueStore for LocalStore {
     async fn create_queue(&self, queue: &str) -> StoreResult<()> {
         super::check_queue_name(queue)?;
         let q = queue.to_string();
-        self.with(move |c| c.execute("INSERT OR IGNORE INTO queues (name) VALUES (?1)", [q]).map(|_| ()).map_err(db_err)).await
+        self.with(move |c| {
+            c.execute("INSERT OR IGNORE INTO queues (name) VALUES (?1)", [q]).map(|_| ()).map_err(db_err)
+        })
+        .await
     }
 
     async fn delete_queue(&self, queue: &str) -> StoreResult<()> {
@@ -492,7 +505,12 @@ impl QueueStore for LocalStore {
         .await
     }
 
-    async fn receive_messages(&self, queue: &str, max: usize, visibility: Duration) -> StoreResult<Vec<ReceivedMessage>> {
+    async fn receive_messages(
+        &self,
+        queue: &str,
+        max: usize,
+        visibility: Duration,
+    ) -> StoreResult<Vec<ReceivedMessage>> {
         validate_receive(max, visibility)?;
         let q = queue.to_string();
         self.with(move |c| {
@@ -541,7 +559,14 @@ impl QueueStore for LocalStore {
         .await
     }
 
-    async fn release_message(&self, queue: &str, id: &str, pop_receipt: &str, text: &str, visible_after: Duration) -> StoreResult<String> {
+    async fn release_message(
+        &self,
+        queue: &str,
+        id: &str,
+        pop_receipt: &str,
+        text: &str,
+        visible_after: Duration,
+    ) -> StoreResult<String> {
         validate_message(text, visible_after)?;
         let (q, id, r, text) = (queue.to_string(), id.to_string(), pop_receipt.to_string(), text.to_string());
         self.with(move |c| {

@@ -239,7 +239,12 @@ pub trait QueueStore: Send + Sync {
 
     /// Receives up to `max` (1..=32) visible messages and hides them for `visibility`
     /// (1 s to 7 days), incrementing their dequeue count. No ordering is guaranteed.
-    async fn receive_messages(&self, queue: &str, max: usize, visibility: Duration) -> StoreResult<Vec<ReceivedMessage>>;
+    async fn receive_messages(
+        &self,
+        queue: &str,
+        max: usize,
+        visibility: Duration,
+    ) -> StoreResult<Vec<ReceivedMessage>>;
 
     /// Deletes a received message; `PreconditionFailed` for a stale pop receipt, `NotFound`
     /// when it is already gone.
@@ -247,7 +252,14 @@ pub trait QueueStore: Send + Sync {
 
     /// Makes a received message visible again after `visible_after`, keeping its text.
     /// Returns the new pop receipt.
-    async fn release_message(&self, queue: &str, id: &str, pop_receipt: &str, text: &str, visible_after: Duration) -> StoreResult<String>;
+    async fn release_message(
+        &self,
+        queue: &str,
+        id: &str,
+        pop_receipt: &str,
+        text: &str,
+        visible_after: Duration,
+    ) -> StoreResult<String>;
 
     /// Approximate number of messages (visible or not).
     async fn approximate_count(&self, queue: &str) -> StoreResult<u64>;
@@ -307,7 +319,9 @@ pub fn validate_receive(max: usize, visibility: Duration) -> StoreResult<()> {
         return Err(StoreError::InvalidInput(format!("receive: {max} messages requested, allowed 1..={MAX_RECEIVE}")));
     }
     if visibility < Duration::from_secs(1) || visibility > Duration::from_secs(7 * 24 * 3600) {
-        return Err(StoreError::InvalidInput("receive: visibility timeout must be 1 s to 7 days (whole seconds)".into()));
+        return Err(StoreError::InvalidInput(
+            "receive: visibility timeout must be 1 s to 7 days (whole seconds)".into(),
+        ));
     }
     Ok(())
 }
@@ -321,7 +335,9 @@ pub fn check_table_name(table: &str) -> StoreResult<()> {
     if ok {
         Ok(())
     } else {
-        Err(StoreError::InvalidInput(format!("table name {table:?} is invalid: 3-63 letters and digits, starting with a letter")))
+        Err(StoreError::InvalidInput(format!(
+            "table name {table:?} is invalid: 3-63 letters and digits, starting with a letter"
+        )))
     }
 }
 
@@ -336,6 +352,8 @@ pub fn check_queue_name(queue: &str) -> StoreResult<()> {
     if ok {
         Ok(())
     } else {
-        Err(StoreError::InvalidInput(format!("queue name {queue:?} is invalid: 3-63 lowercase letters, digits and single dashes")))
+        Err(StoreError::InvalidInput(format!(
+            "queue name {queue:?} is invalid: 3-63 lowercase letters, digits and single dashes"
+        )))
     }
 }

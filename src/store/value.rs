@@ -85,7 +85,12 @@ pub struct Entity {
 impl Entity {
     /// A new entity without properties.
     pub fn new(partition_key: impl Into<String>, row_key: impl Into<String>) -> Self {
-        Entity { partition_key: partition_key.into(), row_key: row_key.into(), etag: None, properties: Properties::new() }
+        Entity {
+            partition_key: partition_key.into(),
+            row_key: row_key.into(),
+            etag: None,
+            properties: Properties::new(),
+        }
     }
 
     /// Adds a property (builder style).
@@ -104,11 +109,7 @@ impl Entity {
     pub fn stored_size(&self) -> usize {
         let keys = 2 * (self.partition_key.encode_utf16().count() + self.row_key.encode_utf16().count());
         4 + keys
-            + self
-                .properties
-                .iter()
-                .map(|(k, v)| 8 + 2 * k.encode_utf16().count() + v.stored_size())
-                .sum::<usize>()
+            + self.properties.iter().map(|(k, v)| 8 + 2 * k.encode_utf16().count() + v.stored_size()).sum::<usize>()
     }
 }
 
@@ -176,4 +177,3 @@ pub fn check_entity(entity: &Entity) -> StoreResult<()> {
     }
     Ok(())
 }
-

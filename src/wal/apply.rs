@@ -23,7 +23,6 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use futures::{StreamExt, TryStreamExt};
 
-
 use super::lease::Lease;
 use super::{Op, Wal, WalEntry, WalId, DEAD, SHARD, TOMBSTONES};
 use crate::error::{Error, Result};
@@ -163,10 +162,8 @@ impl Wal {
             Op::Upsert { .. } => return self.apply_upserts(std::slice::from_ref(entry)).await,
         };
         let new_keys = new_record.map(|r| self.schema.record_keys(r)).transpose()?;
-        let new_rows: BTreeSet<(String, String)> = new_keys
-            .iter()
-            .flat_map(|k| k.partitions.iter().map(|(_, pk)| (pk.clone(), k.row_key.clone())))
-            .collect();
+        let new_rows: BTreeSet<(String, String)> =
+            new_keys.iter().flat_map(|k| k.partitions.iter().map(|(_, pk)| (pk.clone(), k.row_key.clone()))).collect();
         let matched = self.resolve(filter, &entry.id).await?;
         let mut doomed: BTreeMap<(String, String), Record> = BTreeMap::new();
         for (row_key, found_pk, rec) in matched {
@@ -182,8 +179,10 @@ impl Wal {
             }
         }
         self.index_tombstones(&entry.id, doomed.keys()).await?;
-        let mut writes: Vec<(String, String, &WalId, RowWrite<'_>)> =
-            doomed.iter().map(|((pk, rk), rec)| (pk.clone(), rk.clone(), &entry.id, RowWrite::Tombstone(rec))).collect();
+        let mut writes: Vec<(String, String, &WalId, RowWrite<'_>)> = doomed
+            .iter()
+            .map(|((pk, rk), rec)| (pk.clone(), rk.clone(), &entry.id, RowWrite::Tombstone(rec)))
+            .collect();
         if let Some(record) = new_record {
             writes.extend(new_rows.iter().map(|(pk, rk)| (pk.clone(), rk.clone(), &entry.id, RowWrite::Live(record))));
         }
@@ -282,7 +281,10 @@ impl Wal {
             if RowMeta::of(&current).wal_id.as_str() >= id {
                 return Ok(()); // written by this entry already, or by a newer one
             }
-            let tag = current.etag.clone().ok_or_else(|| Error::Store(StoreError::Other("row read without an ETag".into())))?;
+            let tag = current
+                .etag
+                .clone()
+                .ok_or_else(|| Error::Store(StoreError::Other("row read without an ETag".into())))?;
             match self.store.replace(table, entity, &IfMatch::Etag(tag)).await {
                 Ok(_) => return Ok(()),
                 Err(StoreError::PreconditionFailed(_) | StoreError::NotFound(_)) => continue,

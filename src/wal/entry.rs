@@ -149,7 +149,8 @@ mod tests {
 
     #[test]
     fn unreadable_entries_are_reported() {
-        let mut e = WalEntry { id: WalId::new(1, uuid::Uuid::nil()), op: Op::Delete { filter: Filter::default() } }.to_entity("wal");
+        let mut e = WalEntry { id: WalId::new(1, uuid::Uuid::nil()), op: Op::Delete { filter: Filter::default() } }
+            .to_entity("wal");
         e.properties.insert("v".into(), Value::Int32(99));
         assert!(WalEntry::from_entity(&e).unwrap_err().reason.contains("version"));
         e.properties.insert("v".into(), Value::Int32(1));

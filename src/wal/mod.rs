@@ -30,7 +30,9 @@ use std::time::Duration;
 use crate::error::{Error, Result};
 use crate::faults;
 use crate::schema::Schema;
-use crate::store::{BatchOp, ETag, Entity, IfMatch, RowRange, Store, StoreError, Value, MAX_BATCH_BYTES, MAX_BATCH_OPS};
+use crate::store::{
+    BatchOp, ETag, Entity, IfMatch, RowRange, Store, StoreError, Value, MAX_BATCH_BYTES, MAX_BATCH_OPS,
+};
 
 /// The single shard's PartitionKey. (The layout allows `wal-00`.. shards later.)
 pub const SHARD: &str = "wal";
@@ -177,7 +179,10 @@ impl Wal {
                 }
                 Err(e) if is_conflict(&e) && attempt < 1000 => {
                     attempt += 1;
-                    tokio::time::sleep(Duration::from_micros(rand::random::<u64>() % (200 * attempt.min(50) as u64 + 1))).await;
+                    tokio::time::sleep(Duration::from_micros(
+                        rand::random::<u64>() % (200 * attempt.min(50) as u64 + 1),
+                    ))
+                    .await;
                 }
                 Err(e) => return Err(e.into()),
             }
@@ -272,7 +277,10 @@ impl Wal {
         let mut oldest = None;
         let mut token: Option<String> = None;
         loop {
-            let page = self.store.query_partition(&self.table, SHARD, &range, crate::store::MAX_PAGE, token.as_deref()).await?;
+            let page = self
+                .store
+                .query_partition(&self.table, SHARD, &range, crate::store::MAX_PAGE, token.as_deref())
+                .await?;
             if oldest.is_none() {
                 oldest = page.entities.first().map(|e| WalId::from_stored(e.row_key.clone()));
             }
@@ -305,7 +313,11 @@ impl Wal {
             let e = Entity::new(METADATA, "checkpoint").with("datetime", Value::String(id.to_string()));
             let r = match &cur {
                 Some(c) if c.str("datetime").is_some_and(|d| d >= id.as_str()) => return Ok(()),
-                Some(c) => self.store.replace(&self.table, &e, &IfMatch::Etag(c.etag.clone().unwrap_or(ETag(String::new())))).await,
+                Some(c) => {
+                    self.store
+                        .replace(&self.table, &e, &IfMatch::Etag(c.etag.clone().unwrap_or(ETag(String::new()))))
+                        .await
+                }
                 None => self.store.insert(&self.table, &e).await,
             };
             match r {
@@ -318,7 +330,11 @@ impl Wal {
 
     /// Why entry `id` was moved to the dead partition, if it was.
     pub async fn dead_reason(&self, id: &WalId) -> Result<Option<String>> {
-        Ok(self.store.get(&self.table, DEAD, id.as_str()).await?.map(|e| e.str("reason").unwrap_or_default().to_string()))
+        Ok(self
+            .store
+            .get(&self.table, DEAD, id.as_str())
+            .await?
+            .map(|e| e.str("reason").unwrap_or_default().to_string()))
     }
 
     /// Entries moved aside because they can never be applied.
@@ -326,7 +342,10 @@ impl Wal {
         let mut n = 0;
         let mut token: Option<String> = None;
         loop {
-            let page = self.store.query_partition(&self.table, DEAD, &RowRange::default(), crate::store::MAX_PAGE, token.as_deref()).await?;
+            let page = self
+                .store
+                .query_partition(&self.table, DEAD, &RowRange::default(), crate::store::MAX_PAGE, token.as_deref())
+                .await?;
             n += page.entities.len() as u64;
             match page.continuation {
                 Some(t) => token = Some(t),

@@ -95,7 +95,8 @@ impl Wal {
 
     /// Removes intent markers older than their time-to-live.
     async fn remove_markers(&self) -> Result<usize> {
-        let range = RowRange { from: Some(INTENT_PREFIX.to_string()), before: Some("intent;".into()), ..RowRange::default() };
+        let range =
+            RowRange { from: Some(INTENT_PREFIX.to_string()), before: Some("intent;".into()), ..RowRange::default() };
         let cutoff = now_micros() - self.opts.intent_marker_ttl.as_micros() as i64;
         let mut removed = 0;
         let mut token: Option<String> = None;

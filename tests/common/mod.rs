@@ -24,8 +24,12 @@ pub fn backends() -> Vec<Backend> {
     let mut b = vec![Backend::Local];
     match std::env::var("TC_TEST_AZURE_CONNECTION") {
         Ok(_) => b.push(Backend::Azurite),
-        Err(_) if std::env::var_os("CI").is_some() => panic!("CI is set but TC_TEST_AZURE_CONNECTION is not: run scripts/test.sh"),
-        Err(_) => eprintln!("note: TC_TEST_AZURE_CONNECTION unset; Azurite variants skipped (scripts/test.sh runs them)"),
+        Err(_) if std::env::var_os("CI").is_some() => {
+            panic!("CI is set but TC_TEST_AZURE_CONNECTION is not: run scripts/test.sh")
+        }
+        Err(_) => {
+            eprintln!("note: TC_TEST_AZURE_CONNECTION unset; Azurite variants skipped (scripts/test.sh runs them)")
+        }
     }
     b
 }

@@ -197,7 +197,9 @@ impl HostJson {
         let num = |key: &str, default: u64| -> Result<u64, String> {
             match get_ci(&q, key) {
                 None => Ok(default),
-                Some(v) => v.as_u64().ok_or(format!("host.json: extensions.queues.{key} must be a non-negative integer")),
+                Some(v) => {
+                    v.as_u64().ok_or(format!("host.json: extensions.queues.{key} must be a non-negative integer"))
+                }
             }
         };
         let span = |key: &str, default: Duration| -> Result<Duration, String> {
@@ -257,9 +259,13 @@ impl FunctionDef {
             .ok_or(format!("{name}/function.json: no bindings array"))?;
         let direction = |b: &Value| str_ci(b, "direction").unwrap_or_default().to_ascii_lowercase();
         let kind = |b: &Value| str_ci(b, "type").unwrap_or_default();
-        let triggers: Vec<&Value> = bindings.iter().filter(|b| kind(b).to_ascii_lowercase().ends_with("trigger")).collect();
+        let triggers: Vec<&Value> =
+            bindings.iter().filter(|b| kind(b).to_ascii_lowercase().ends_with("trigger")).collect();
         let [trigger] = triggers.as_slice() else {
-            return Err(format!("{name}/function.json: expected exactly one trigger binding, found {}", triggers.len()));
+            return Err(format!(
+                "{name}/function.json: expected exactly one trigger binding, found {}",
+                triggers.len()
+            ));
         };
         if direction(trigger) != "in" {
             return Err(format!("{name}/function.json: the trigger must have direction \"in\""));
@@ -275,7 +281,11 @@ impl FunctionDef {
                     None | Some(Value::Null) => None,
                     Some(Value::Array(m)) => Some(
                         m.iter()
-                            .map(|v| v.as_str().map(str::to_ascii_lowercase).ok_or(format!("{name}: methods must be strings")))
+                            .map(|v| {
+                                v.as_str()
+                                    .map(str::to_ascii_lowercase)
+                                    .ok_or(format!("{name}: methods must be strings"))
+                            })
                             .collect::<Result<Vec<_>, _>>()?,
                     ),
                     Some(_) => return Err(format!("{name}/function.json: methods must be an array")),
@@ -287,21 +297,31 @@ impl FunctionDef {
                     Some(other) => return Err(format!("{name}/function.json: unknown authLevel '{other}'")),
                 };
                 let route = str_ci(trigger, "route").unwrap_or_else(|| name.to_string());
-                Trigger::Http { binding, route: route.trim_matches('/').to_string(), methods, auth_level, in_and_out_only }
+                Trigger::Http {
+                    binding,
+                    route: route.trim_matches('/').to_string(),
+                    methods,
+                    auth_level,
+                    in_and_out_only,
+                }
             }
             "queuetrigger" => Trigger::Queue {
                 binding,
-                queue_name: str_ci(trigger, "queueName").ok_or(format!("{name}/function.json: queueTrigger without queueName"))?,
+                queue_name: str_ci(trigger, "queueName")
+                    .ok_or(format!("{name}/function.json: queueTrigger without queueName"))?,
                 connection: str_ci(trigger, "connection").unwrap_or_else(|| "AzureWebJobsStorage".into()),
                 data_type: str_ci(trigger, "dataType").map(|s| s.to_ascii_lowercase()),
             },
             "timertrigger" => Trigger::Timer {
                 binding,
-                schedule: str_ci(trigger, "schedule").ok_or(format!("{name}/function.json: timerTrigger without schedule"))?,
+                schedule: str_ci(trigger, "schedule")
+                    .ok_or(format!("{name}/function.json: timerTrigger without schedule"))?,
                 run_on_startup: bool_value(get_ci(trigger, "runOnStartup")).unwrap_or(false),
                 use_monitor: bool_value(get_ci(trigger, "useMonitor")).unwrap_or(true),
             },
-            other => return Err(format!("{name}/function.json: trigger type '{other}' is not supported by this harness")),
+            other => {
+                return Err(format!("{name}/function.json: trigger type '{other}' is not supported by this harness"))
+            }
         };
         Ok(FunctionDef { name: name.to_string(), bindings, trigger })
     }
@@ -321,7 +341,8 @@ impl App {
         dirs.sort();
         for dir in dirs {
             let name = dir.file_name().unwrap().to_str().expect("UTF-8 function name").to_string();
-            let def = FunctionDef::parse(&name, &read_json(&dir.join("function.json"))).unwrap_or_else(|e| panic!("{e}"));
+            let def =
+                FunctionDef::parse(&name, &read_json(&dir.join("function.json"))).unwrap_or_else(|e| panic!("{e}"));
             functions.push(def);
         }
         assert!(!functions.is_empty(), "no functions/*/function.json");
@@ -358,7 +379,9 @@ impl App {
             .filter(|f| {
                 matches!(
                     (&f.trigger, kind),
-                    (Trigger::Queue { .. }, "queue") | (Trigger::Timer { .. }, "timer") | (Trigger::Http { .. }, "http")
+                    (Trigger::Queue { .. }, "queue")
+                        | (Trigger::Timer { .. }, "timer")
+                        | (Trigger::Http { .. }, "http")
                 )
             })
             .collect();

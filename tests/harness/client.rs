@@ -70,7 +70,9 @@ pub async fn request(
         stream.read_to_end(&mut raw).await?;
         parse_response(&raw)
     };
-    tokio::time::timeout(timeout, fut).await.map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "no response in time"))?
+    tokio::time::timeout(timeout, fut)
+        .await
+        .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "no response in time"))?
 }
 
 /// Parses a complete HTTP/1.1 response (Content-Length, chunked, or read-to-close body).
@@ -84,10 +86,8 @@ pub fn parse_response(raw: &[u8]) -> io::Result<RawResponse> {
         return Err(invalid(format!("not an HTTP response: {status_line:?}")));
     }
     let status: u16 = parts.next().and_then(|s| s.parse().ok()).ok_or_else(|| invalid("bad status code"))?;
-    let headers: Vec<(String, String)> = lines
-        .filter_map(|l| l.split_once(':'))
-        .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
-        .collect();
+    let headers: Vec<(String, String)> =
+        lines.filter_map(|l| l.split_once(':')).map(|(k, v)| (k.trim().to_string(), v.trim().to_string())).collect();
     let rest = &raw[end + 4..];
     let header = |n: &str| headers.iter().find(|(k, _)| k.eq_ignore_ascii_case(n)).map(|(_, v)| v.clone());
     let body = if header("transfer-encoding").is_some_and(|v| v.to_ascii_lowercase().contains("chunked")) {
@@ -129,9 +129,14 @@ mod tests {
 
     #[test]
     fn parses_length_and_chunked_responses() {
-        let r = parse_response(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n{}").unwrap();
-        assert_eq!((r.status, r.header("Content-Type"), r.body.as_slice()), (200, Some("application/json"), &b"{}"[..]));
-        let r = parse_response(b"HTTP/1.1 500 X\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n").unwrap();
+        let r = parse_response(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n{}")
+            .unwrap();
+        assert_eq!(
+            (r.status, r.header("Content-Type"), r.body.as_slice()),
+            (200, Some("application/json"), &b"{}"[..])
+        );
+        let r = parse_response(b"HTTP/1.1 500 X\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n")
+            .unwrap();
         assert_eq!((r.status, r.body.as_slice()), (500, &b"abcde"[..]));
         assert!(parse_response(b"garbage\r\n\r\n").is_err());
     }

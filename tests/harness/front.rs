@@ -173,7 +173,8 @@ pub struct Front {
 
 fn key_matches(headers: &HeaderMap, query: Option<&str>, key: &str) -> bool {
     let header = headers.get("x-functions-key").and_then(|v| v.to_str().ok());
-    let code = form_urlencoded::parse(query.unwrap_or("").as_bytes()).find(|(k, _)| k == "code").map(|(_, v)| v.into_owned());
+    let code =
+        form_urlencoded::parse(query.unwrap_or("").as_bytes()).find(|(k, _)| k == "code").map(|(_, v)| v.into_owned());
     header == Some(key) || code.as_deref() == Some(key)
 }
 
@@ -213,14 +214,23 @@ async fn serve(State(front): State<Arc<Front>>, req: Request) -> Response {
     }
     if !m.forwardable {
         // Harness::start refuses such apps; kept as a guard.
-        let msg = format!("harness: function {} would be invoked in payload mode, which this harness does not implement", m.function);
+        let msg = format!(
+            "harness: function {} would be invoked in payload mode, which this harness does not implement",
+            m.function
+        );
         return finish(record, (StatusCode::NOT_IMPLEMENTED, msg).into_response());
     }
-    let content_length: usize =
-        parts.headers.get("content-length").and_then(|v| v.to_str().ok()).and_then(|v| v.trim().parse().ok()).unwrap_or(0);
+    let content_length: usize = parts
+        .headers
+        .get("content-length")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0);
     let bytes: Bytes = match axum::body::to_bytes(body, 64 * 1024 * 1024).await {
         Ok(b) => b,
-        Err(e) => return finish(record, (StatusCode::BAD_REQUEST, format!("harness: reading the body: {e}")).into_response()),
+        Err(e) => {
+            return finish(record, (StatusCode::BAD_REQUEST, format!("harness: reading the body: {e}")).into_response())
+        }
     };
     let rebuilt = rebuild_query(query.as_deref());
     let target = if rebuilt.is_empty() { path.clone() } else { format!("{path}?{rebuilt}") };
@@ -242,7 +252,10 @@ async fn serve(State(front): State<Arc<Front>>, req: Request) -> Response {
     };
     headers.insert("user-agent", HeaderValue::from_str(&ua).unwrap());
     headers.insert(HeaderName::from_static("x-azure-functions-hostversion"), HeaderValue::from_static(HOST_VERSION));
-    headers.insert(HeaderName::from_static("x-azure-functions-invocationid"), HeaderValue::from_str(&invocation_id).unwrap());
+    headers.insert(
+        HeaderName::from_static("x-azure-functions-invocationid"),
+        HeaderValue::from_str(&invocation_id).unwrap(),
+    );
 
     let url = format!("http://127.0.0.1:{}{target}", front.handler_port);
     let mut request = front.client.request(method, url).headers(headers);
@@ -253,7 +266,10 @@ async fn serve(State(front): State<Arc<Front>>, req: Request) -> Response {
         Ok(r) => r,
         // The host answers 500 when it cannot reach the worker.
         Err(e) => {
-            return finish(record, (StatusCode::INTERNAL_SERVER_ERROR, format!("harness: forwarding failed: {e}")).into_response())
+            return finish(
+                record,
+                (StatusCode::INTERNAL_SERVER_ERROR, format!("harness: forwarding failed: {e}")).into_response(),
+            )
         }
     };
     let status = response.status();
@@ -267,7 +283,10 @@ async fn serve(State(front): State<Arc<Front>>, req: Request) -> Response {
     let body = match response.bytes().await {
         Ok(b) => b,
         Err(e) => {
-            return finish(record, (StatusCode::INTERNAL_SERVER_ERROR, format!("harness: reading the answer: {e}")).into_response())
+            return finish(
+                record,
+                (StatusCode::INTERNAL_SERVER_ERROR, format!("harness: reading the answer: {e}")).into_response(),
+            )
         }
     };
     let mut relayed = Response::new(Body::from(body));

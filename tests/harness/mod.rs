@@ -90,14 +90,32 @@ impl Invocation {
 /// What the queue listener did with a message.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Event {
-    Deleted { id: String, dequeue_count: u32 },
-    Released { id: String, dequeue_count: u32, after: Duration },
+    Deleted {
+        id: String,
+        dequeue_count: u32,
+    },
+    Released {
+        id: String,
+        dequeue_count: u32,
+        after: Duration,
+    },
     /// Copied to the poison queue (as `poison_id`) and deleted.
-    Poisoned { id: String, dequeue_count: u32, poison_id: String, reason: String },
+    Poisoned {
+        id: String,
+        dequeue_count: u32,
+        poison_id: String,
+        reason: String,
+    },
     /// A successful invocation whose delete was lost on purpose (message visible again).
-    DeleteLost { id: String, dequeue_count: u32 },
+    DeleteLost {
+        id: String,
+        dequeue_count: u32,
+    },
     /// The trigger value could not be bound (not UTF-8): a failed attempt without a POST.
-    BindingFailed { id: String, dequeue_count: u32 },
+    BindingFailed {
+        id: String,
+        dequeue_count: u32,
+    },
     ListenerError(String),
 }
 
@@ -186,7 +204,9 @@ fn with_table_port(cs: &str, port: u16) -> String {
 
 fn table_port(cs: &str) -> u16 {
     cs.split(';')
-        .find_map(|p| p.split_once('=').filter(|(k, _)| k.trim().eq_ignore_ascii_case("TableEndpoint")).map(|(_, v)| v.trim()))
+        .find_map(|p| {
+            p.split_once('=').filter(|(k, _)| k.trim().eq_ignore_ascii_case("TableEndpoint")).map(|(_, v)| v.trim())
+        })
         .and_then(|v| reqwest::Url::parse(v).ok())
         .and_then(|u| u.port_or_known_default())
         .expect("an explicit TableEndpoint with a port")
@@ -227,7 +247,11 @@ impl Harness {
                 f.name
             );
         }
-        let proxy = if options.storage_proxy { Some(StorageProxy::start(table_port(&options.connection_string)).await) } else { None };
+        let proxy = if options.storage_proxy {
+            Some(StorageProxy::start(table_port(&options.connection_string)).await)
+        } else {
+            None
+        };
         let handler_cs = match &proxy {
             Some(p) => with_table_port(&options.connection_string, p.port),
             None => options.connection_string.clone(),
@@ -261,8 +285,10 @@ impl Harness {
 
         let apply = app.only("queue");
         let Trigger::Queue { binding, queue_name, connection, data_type } = &apply.trigger else { unreachable!() };
-        let queue = resolve_setting_refs(queue_name, &env).unwrap_or_else(|e| panic!("{}: {e}", apply.name)).to_lowercase();
-        let host_cs = env.get(connection).unwrap_or_else(|| panic!("{}: connection setting {connection} is not set", apply.name));
+        let queue =
+            resolve_setting_refs(queue_name, &env).unwrap_or_else(|e| panic!("{}: {e}", apply.name)).to_lowercase();
+        let host_cs =
+            env.get(connection).unwrap_or_else(|| panic!("{}: connection setting {connection} is not set", apply.name));
         let store = Arc::new(AzureStore::from_connection_string(host_cs).expect("host storage connection string"));
         let shared = Arc::new(Shared::default());
         let mut queue_options = app.host.queues.clone();
@@ -430,7 +456,11 @@ impl Harness {
     pub async fn poison_messages(&self) -> Vec<ReceivedMessage> {
         let mut out = Vec::new();
         loop {
-            let batch = self.store.receive_messages(&self.poison_queue, 32, Duration::from_secs(60)).await.expect("poison queue");
+            let batch = self
+                .store
+                .receive_messages(&self.poison_queue, 32, Duration::from_secs(60))
+                .await
+                .expect("poison queue");
             if batch.is_empty() {
                 return out;
             }

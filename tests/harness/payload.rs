@@ -13,8 +13,10 @@ use super::app::get_ci;
 /// Host version the harness claims (`X-Azure-Functions-HostVersion`, User-Agent).
 pub const HOST_VERSION: &str = "4.1037.0.0";
 
-const SECONDS: &[BorrowedFormatItem<'static>] = format_description!("[year]-[month]-[day]T[hour]:[minute]:[second]+00:00");
-const TICKS: &[BorrowedFormatItem<'static>] = format_description!("[year]-[month]-[day]T[hour]:[minute]:[second].[subsecond digits:7]Z");
+const SECONDS: &[BorrowedFormatItem<'static>] =
+    format_description!("[year]-[month]-[day]T[hour]:[minute]:[second]+00:00");
+const TICKS: &[BorrowedFormatItem<'static>] =
+    format_description!("[year]-[month]-[day]T[hour]:[minute]:[second].[subsecond digits:7]Z");
 
 /// A DateTimeOffset as the host writes binding data: whole seconds, `+00:00`.
 pub fn host_time(t: OffsetDateTime) -> String {
@@ -99,7 +101,9 @@ pub struct ScheduleStatus {
 /// only `sys` (`TimerTrigger` is dropped).
 pub fn timer_invocation(function: &str, binding: &str, status: Option<&ScheduleStatus>, is_past_due: bool) -> Value {
     let status = match status {
-        Some(s) => json!({"Last": host_time(s.last), "Next": host_time(s.next), "LastUpdated": host_time(s.last_updated)}),
+        Some(s) => {
+            json!({"Last": host_time(s.last), "Next": host_time(s.next), "LastUpdated": host_time(s.last_updated)})
+        }
         None => Value::Null,
     };
     let mut data = Map::new();
@@ -145,9 +149,12 @@ pub fn judge(status: u16, content_type: Option<&str>, body: &[u8]) -> Verdict {
         return Verdict::Failure(format!("Response status code does not indicate success: {status}"));
     }
     if body.iter().all(u8::is_ascii_whitespace) {
-        return Verdict::Bug(format!("empty {status} body: the host never completes the invocation (hangs until functionTimeout)"));
+        return Verdict::Bug(format!(
+            "empty {status} body: the host never completes the invocation (hangs until functionTimeout)"
+        ));
     }
-    let media = content_type.unwrap_or("application/octet-stream").split(';').next().unwrap_or("").trim().to_ascii_lowercase();
+    let media =
+        content_type.unwrap_or("application/octet-stream").split(';').next().unwrap_or("").trim().to_ascii_lowercase();
     if media != "application/json" && media != "text/json" {
         return Verdict::Failure(format!("UnsupportedMediaTypeException: no formatter reads '{media}'"));
     }

@@ -93,7 +93,10 @@ impl HandlerProcess {
         let deadline = Instant::now() + timeout;
         loop {
             if let Some(status) = self.child.try_wait().map_err(|e| e.to_string())? {
-                return Err(format!("the handler exited during initialization ({status}); output:\n{}", self.output_tail(40)));
+                return Err(format!(
+                    "the handler exited during initialization ({status}); output:\n{}",
+                    self.output_tail(40)
+                ));
             }
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {

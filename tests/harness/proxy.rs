@@ -26,8 +26,7 @@ pub struct StorageProxy {
     task: tokio::task::JoinHandle<()>,
 }
 
-const BUSY_BODY: &str =
-    r#"{"odata.error":{"code":"ServerBusy","message":{"lang":"en-US","value":"The server is busy. (harness storage outage)"}}}"#;
+const BUSY_BODY: &str = r#"{"odata.error":{"code":"ServerBusy","message":{"lang":"en-US","value":"The server is busy. (harness storage outage)"}}}"#;
 
 impl StorageProxy {
     /// Starts relaying `127.0.0.1:{port}` to `127.0.0.1:{upstream}`.
@@ -101,11 +100,8 @@ async fn answer_busy(mut conn: TcpStream) -> bool {
         }
     };
     let head = String::from_utf8_lossy(&buf[..head_end]).to_ascii_lowercase();
-    let length: usize = head
-        .lines()
-        .find_map(|l| l.strip_prefix("content-length:"))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(0);
+    let length: usize =
+        head.lines().find_map(|l| l.strip_prefix("content-length:")).and_then(|v| v.trim().parse().ok()).unwrap_or(0);
     while buf.len() < head_end + length {
         match conn.read(&mut chunk).await {
             Ok(0) | Err(_) => break,

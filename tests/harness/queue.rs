@@ -135,8 +135,11 @@ impl QueueListener {
         let dequeued_at = OffsetDateTime::now_utc();
         let max = self.options.max_dequeue_count;
         if m.dequeue_count > max {
-            self.poison(&m, format!("dequeued {} times, more than maxDequeueCount {max}, before invocation", m.dequeue_count))
-                .await;
+            self.poison(
+                &m,
+                format!("dequeued {} times, more than maxDequeueCount {max}, before invocation", m.dequeue_count),
+            )
+            .await;
             return;
         }
         let text = match self.options.message_encoding {
@@ -235,7 +238,12 @@ impl QueueListener {
                 if let Err(e) = self.store.delete_message(&self.queue, &m.id, &m.pop_receipt).await {
                     self.shared.event(Event::ListenerError(format!("deleting poisoned {}: {e}", m.id)));
                 }
-                self.shared.event(Event::Poisoned { id: m.id.clone(), dequeue_count: m.dequeue_count, poison_id, reason });
+                self.shared.event(Event::Poisoned {
+                    id: m.id.clone(),
+                    dequeue_count: m.dequeue_count,
+                    poison_id,
+                    reason,
+                });
             }
             Err(e) => self.shared.event(Event::ListenerError(format!("copying {} to {poison}: {e}", m.id))),
         }

@@ -26,7 +26,10 @@ fn parse_field(text: &str, (lo, hi): (u32, u32)) -> Result<Vec<bool>, String> {
         let (from, to) = if range == "*" {
             (lo, hi)
         } else if let Some((a, b)) = range.split_once('-') {
-            (a.parse().map_err(|_| format!("bad range '{range}'"))?, b.parse().map_err(|_| format!("bad range '{range}'"))?)
+            (
+                a.parse().map_err(|_| format!("bad range '{range}'"))?,
+                b.parse().map_err(|_| format!("bad range '{range}'"))?,
+            )
         } else {
             let v: u32 = range.parse().map_err(|_| format!("bad value '{range}' (names are not supported here)"))?;
             (v, if part.contains('/') { hi } else { v })

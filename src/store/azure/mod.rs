@@ -34,8 +34,8 @@ use azure_data_tables::clients::{TableServiceClient, TableServiceClientBuilder};
 use azure_storage::{CloudLocation, StorageCredentials};
 use azure_storage_queues::{QueueServiceClient, QueueServiceClientBuilder};
 
-use crate::store::{StoreError, StoreResult};
 pub(crate) use crate::store::{check_queue_name, check_table_name};
+use crate::store::{StoreError, StoreResult};
 pub use conn::{CredentialKind, DEV_ACCOUNT, DEV_ACCOUNT_KEY};
 pub use retry::RetryPolicy;
 
@@ -164,7 +164,6 @@ impl fmt::Debug for AzureStore {
             .finish()
     }
 }
-
 
 #[cfg(test)]
 mod tests {

@@ -11,8 +11,8 @@ use futures::StreamExt as _;
 
 use super::batch::{self, BatchBody};
 use super::entity::{
-    decode_continuation, encode_continuation, escape_quotes, from_json, partition_filter, same_properties, to_body, to_json,
-    JsonEntity,
+    decode_continuation, encode_continuation, escape_quotes, from_json, partition_filter, same_properties, to_body,
+    to_json, JsonEntity,
 };
 use super::error::{http_status, map_error};
 use super::{check_table_name, AzureStore};
