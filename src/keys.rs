@@ -125,20 +125,50 @@ pub fn row_key(field: &str, sort_value: &str, fingerprint: &str) -> Result<Strin
 }
 
 /// Inclusive lower RowKey bound for records whose sort value is at least `from`:
-/// `RowKey ge '{from}'`. (The reference uses `'{from}:'`, which wrongly excludes sort values
-/// that extend `from` with a character sorting before `:`, such as a space: `row_from=john`
-/// would miss "john f kennedy".)
+/// `RowKey ge '{from}'`. Every RowKey starts with its sort value, so none with a sort value
+/// at least `from` is below it; the few extra rows it lets in (a sort value that is a prefix
+/// of `from`) are removed by [`sort_value_in_range`]. (The reference uses `'{from}:'`, which
+/// misses sort values extending `from` with a character sorting before `:`, such as a space:
+/// `row_from=john` would miss "john f kennedy".)
 pub fn row_from_bound(from: &str) -> String {
     // Greek sigma lowercases to 'ς' or 'σ' depending on what follows it, so the same sort
     // value can appear with either in a RowKey; the lower bound takes the smaller ('ς').
     escape_key(&from.to_lowercase().replace('σ', "ς"))
 }
 
-/// Inclusive upper RowKey bound for records whose sort value is at most `to`
-/// (`RowKey le '{to}:z'`; `z` sorts after every hex digit of the fingerprint).
-pub fn row_to_bound(to: &str) -> String {
-    // The upper bound takes the larger sigma ('σ'); see `row_from_bound`.
-    escape_key(&format!("{to}:z").to_lowercase().replace('ς', "σ"))
+/// The sort value `to` as it appears at the start of RowKeys (the larger sigma, 'σ').
+fn sort_to(to: &str) -> String {
+    escape_key(&to.to_lowercase().replace('ς', "σ"))
+}
+
+/// Exclusive upper RowKey bound (`RowKey lt`) covering every RowKey whose sort value is at
+/// most `to`. A RowKey is `{sort}:{fp}`, and `:` is not the smallest character, so a sort
+/// value that is a prefix of `to` followed by a character sorting at or before `:` (a space,
+/// a digit, punctuation) has a RowKey above `{to}:…`: the bound is cut at the first such
+/// character and followed by `;` (the character after `:`). The extra rows this admits are
+/// removed by [`sort_value_in_range`].
+pub fn row_before_bound(to: &str) -> String {
+    let t = sort_to(to);
+    let cut = t.find(|c: char| c <= ':').unwrap_or(t.len());
+    format!("{};", &t[..cut])
+}
+
+/// The sort value part of a RowKey (without the trailing `:` and 8-hex fingerprint).
+pub fn sort_part(row_key: &str) -> &str {
+    let n = row_key.len();
+    if n >= 9 && row_key.is_char_boundary(n - 9) && row_key[n - 9..].starts_with(':') {
+        &row_key[..n - 9]
+    } else {
+        row_key
+    }
+}
+
+/// True when the sort value of `row_key` lies within `from..=to` (lowercased, compared in
+/// UTF-16 code-unit order like the service).
+pub fn sort_value_in_range(row_key: &str, from: Option<&str>, to: Option<&str>) -> bool {
+    let s = sort_part(row_key);
+    from.is_none_or(|f| s.encode_utf16().cmp(row_from_bound(f).encode_utf16()).is_ge())
+        && to.is_none_or(|t| s.encode_utf16().cmp(sort_to(t).encode_utf16()).is_le())
 }
 
 /// The string form of a JSON value used in keys, matching Python's `str()` as the reference
@@ -261,9 +291,30 @@ mod tests {
     #[test]
     fn range_bounds_follow_the_reference() {
         assert_eq!(row_from_bound("Faux"), "faux");
-        assert_eq!(row_to_bound("Faux"), "faux:z");
+        assert_eq!(row_before_bound("Faux"), "faux;");
+        assert_eq!(row_before_bound("Runway 1"), "runway;");
         let rk = row_key("last", "faux", "ec8246f2").unwrap();
-        assert!(rk.as_str() >= row_from_bound("faux").as_str() && rk <= row_to_bound("faux"));
+        assert!(rk.as_str() >= row_from_bound("faux").as_str() && rk < row_before_bound("faux"));
+        // Sort values sharing a prefix with a bound, next character before ':' (space, digit).
+        let names = ["Runway", "Runway 1", "Runway 10", "Runway 1 North", "Runway 2"];
+        let rks: Vec<String> = names.iter().map(|n| row_key("name", n, "0123abcd").unwrap()).collect();
+        let select = |from: Option<&str>, to: Option<&str>| -> Vec<&str> {
+            let range = crate::store::RowRange {
+                from: from.map(row_from_bound),
+                before: to.map(row_before_bound),
+                ..Default::default()
+            };
+            names
+                .iter()
+                .zip(&rks)
+                .filter(|(_, rk)| range.contains(rk) && sort_value_in_range(rk, from, to))
+                .map(|(n, _)| *n)
+                .collect()
+        };
+        assert_eq!(select(None, Some("Runway 1")), ["Runway", "Runway 1"]);
+        assert_eq!(select(Some("Runway 1!"), None), ["Runway 10", "Runway 2"]);
+        assert_eq!(select(Some("runway 1"), Some("RUNWAY 10")), ["Runway 1", "Runway 10", "Runway 1 North"]);
+        assert_eq!(sort_part("faux:ec8246f2"), "faux");
     }
 
     #[test]

@@ -88,13 +88,19 @@ impl Filter {
         Ok(keys::partition_key(field, value)?)
     }
 
-    /// The RowKey range of the filter's sort-value bounds.
+    /// The RowKey range to read for the filter's sort-value bounds (it may hold a few rows
+    /// outside them: check each with [`Filter::in_sort_range`]).
     pub fn row_range(&self) -> RowRange {
         RowRange {
             from: self.row_from.as_deref().map(keys::row_from_bound),
-            to: self.row_to.as_deref().map(keys::row_to_bound),
+            before: self.row_to.as_deref().map(keys::row_before_bound),
             ..RowRange::default()
         }
+    }
+
+    /// True when a row's sort value lies within the filter's bounds.
+    pub fn in_sort_range(&self, row_key: &str) -> bool {
+        keys::sort_value_in_range(row_key, self.row_from.as_deref(), self.row_to.as_deref())
     }
 }
 
@@ -129,6 +135,9 @@ fn decode_continuation(token: &str) -> Result<String> {
 }
 
 fn live_match(filter: &Filter, e: &Entity) -> Option<Found> {
+    if !filter.in_sort_range(&e.row_key) {
+        return None;
+    }
     record::from_entity(e).filter(|r| filter.matches(r)).map(|record| Found { record, row_key: e.row_key.clone() })
 }
 

@@ -2031,7 +2031,7 @@ async fn regression_negative_zero_loses_its_sign_on_azurite() {
     }
 }
 
-/// BUG: `keys::row_to_bound` lowercases the bound alone, while `keys::row_key` lowercases
+/// Regression: the range bounds lowercased the bound alone, while `keys::row_key` lowercases
 /// "{sort value}:{fingerprint}" as one string. Lowercasing is context-dependent: a final 'Σ'
 /// becomes 'ς', but 'σ' when a letter follows (here the fingerprint, after the
 /// case-ignorable ':'). So a record whose sort value ends in 'Σ' and whose fingerprint starts

@@ -19,7 +19,15 @@ use super::{Cli, Command, FormatArg};
 
 pub async fn run(cli: Cli) -> Result<ExitCode> {
     let config = cli.catalog.config();
-    if let Command::Handler = cli.command {
+    let command = match cli.command {
+        // `bench` talks to a running server over HTTP; it opens no catalog.
+        Command::Bench(args) => {
+            super::bench::run(args).await?;
+            return Ok(ExitCode::SUCCESS);
+        }
+        other => other,
+    };
+    if let Command::Handler = command {
         // Bind before opening the catalog: the host probes the port from the start, and
         // connections wait in the backlog until the router serves them.
         let port = std::env::var(settings::CUSTOMHANDLER_PORT)
@@ -36,7 +44,7 @@ pub async fn run(cli: Cli) -> Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     let catalog = Arc::new(config.open().await.context("opening the catalog")?);
-    match cli.command {
+    match command {
         Command::Serve { listen, import, sweep_interval } => {
             if let Some(file) = import {
                 import_file(&catalog, &file, None, import::DEFAULT_BATCH, false, false).await?;
@@ -110,7 +118,7 @@ pub async fn run(cli: Cli) -> Result<ExitCode> {
                 return Ok(ExitCode::from(3));
             }
         }
-        Command::Bench(args) => super::bench::run(args).await?,
+        Command::Bench(_) => {} // run above, without a catalog
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -201,7 +201,7 @@ impl Wal {
             let page = self.store.query_partition(&self.catalog_table, &pk, &range, MAX_PAGE, token.as_deref()).await?;
             for e in &page.entities {
                 let meta = RowMeta::of(e);
-                if meta.deleted && meta.wal_id != id.as_str() {
+                if (meta.deleted && meta.wal_id != id.as_str()) || !filter.in_sort_range(&e.row_key) {
                     continue;
                 }
                 let rec = record::payload(e, &meta);
