@@ -366,7 +366,12 @@ impl Catalog {
             Some(op) => Some(self.wal.append_intent(op, message_id).await?.to_string()),
             None => None,
         };
-        self.wal.apply_pending().await?;
+        if let DrainOutcome::Partial { .. } = self.wal.apply_pending().await? {
+            // Out of time with entries still pending: hand the rest to the next invocation.
+            if let Some(cp) = self.wal.checkpoint().await? {
+                self.hint(&cp).await?;
+            }
+        }
         Ok(MessageOutcome::Applied { id })
     }
 

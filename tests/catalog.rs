@@ -155,3 +155,24 @@ async fn schema_mismatch_is_reported() {
     let err = Catalog::open(store, names, s2, CatalogOptions::default()).await.unwrap_err();
     assert!(matches!(err, Error::SchemaMismatch(ref m) if m.contains("[a]")), "{err}");
 }
+
+#[tokio::test]
+async fn an_apply_pass_stops_at_its_budget_and_hands_over() {
+    use table_catalog::wal::apply::DrainOutcome;
+    let store = Arc::new(LocalStore::in_memory().unwrap());
+    let schema = Schema::new(vec!["icao".into()], "name").unwrap();
+    let mut opts = CatalogOptions::default();
+    opts.wal.apply_budget = std::time::Duration::ZERO;
+    let c = Catalog::open(store, Names::new("budget", None, None).unwrap(), schema, opts).await.unwrap();
+    let records: Vec<Record> =
+        (0..1500).map(|i| rec(json!({"icao": format!("K{i:04}"), "name": format!("n{i}")}))).collect();
+    c.upsert_many(records, false).await.unwrap();
+    // One page (1,000 entries) per pass, then it stops with work left.
+    assert_eq!(c.recover().await.unwrap(), DrainOutcome::Partial { applied: 1000 });
+    assert_eq!(c.status().await.unwrap().pending, 500);
+    // A queue message that runs out of budget enqueues a hint for the rest.
+    let queued = c.store().approximate_count(&c.names().queue).await.unwrap();
+    c.process_message(&table_catalog::messages::hint_json("wal", "x"), "m1", 1).await.unwrap();
+    assert_eq!(c.status().await.unwrap().pending, 0);
+    assert_eq!(c.store().approximate_count(&c.names().queue).await.unwrap(), queued + 1);
+}

@@ -156,8 +156,23 @@ async fn airports_import_over_http_and_lookups_by_each_identifier() {
     let apply_time = apply_started.elapsed();
     let invs = h.invocations();
     assert!(!invs.is_empty(), "the apply function was invoked");
-    assert!(invs.iter().all(|i| i.function == "apply" && i.succeeded()), "{}", h.diagnostics());
-    assert!(invs.iter().all(|i| i.logs().iter().any(|l| l.contains("handled"))), "{}", h.diagnostics());
+    assert!(invs.iter().all(|i| i.function == "apply"), "{}", h.diagnostics());
+    // On a loaded machine an apply can fail transiently (a storage timeout answered 500); the
+    // host then retries it, as the contract says. Every message must end in a success.
+    for failed in invs.iter().filter(|i| !i.succeeded()) {
+        assert_eq!(failed.status, Some(500), "only transient failures (500): {}", h.diagnostics());
+        assert!(
+            invs.iter().any(|i| i.message_id == failed.message_id && i.succeeded()),
+            "message {:?} was retried until it succeeded: {}",
+            failed.message_id,
+            h.diagnostics()
+        );
+    }
+    assert!(
+        invs.iter().filter(|i| i.succeeded()).all(|i| i.logs().iter().any(|l| l.contains("handled"))),
+        "{}",
+        h.diagnostics()
+    );
     let hints = invs.len();
 
     // Lookups of a sample by each identifier it has.

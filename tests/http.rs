@@ -43,7 +43,7 @@ async fn write_then_look_up_by_every_identifier() {
         let id = body["id"].as_str().unwrap().to_string();
         let (s, body) = call(&app, "GET", &format!("/api/wal/{id}"), None, Body::empty()).await;
         assert_eq!((s, body["state"].as_str()), (StatusCode::OK, Some("applied")));
-        for q in ["icao=KJFK", "iata=jfk", "lid=JFK", "icao=KJFK&iata=JFK", "lid=jfk&row_from=john&row_to=john"] {
+        for q in ["icao=KJFK", "iata=jfk", "lid=JFK", "icao=KJFK&iata=JFK", "lid=jfk&row_from=john&row_to=john%20g"] {
             let (s, body) = call(&app, "GET", &format!("/api/records?{q}"), None, Body::empty()).await;
             assert_eq!(s, StatusCode::OK, "{q}");
             assert_eq!(body["records"], json!([jfk()]), "{backend:?} {q}");

@@ -142,10 +142,7 @@ fn package_has_the_host_layout_and_the_binary_starts_in_handler_mode() {
     if std::env::var("TC_TEST_PACKAGE_RELEASE").ok().as_deref() != Some("1") {
         cmd.env("TC_PACKAGE_BINARY", env!("CARGO_BIN_EXE_table-catalog"));
     }
-    let run = cmd
-        .stderr(Stdio::inherit())
-        .output()
-        .expect("run scripts/package.sh");
+    let run = cmd.stderr(Stdio::inherit()).output().expect("run scripts/package.sh");
     assert!(run.status.success(), "scripts/package.sh failed: {}", run.status);
     let printed = String::from_utf8(run.stdout).unwrap();
     let zip_path = PathBuf::from(printed.lines().last().expect("package.sh prints the zip path").trim());

@@ -101,6 +101,7 @@ pub async fn run(cli: Cli) -> Result<ExitCode> {
         }
         Command::Recover => match catalog.recover().await? {
             DrainOutcome::Drained { applied } => println!("{{\"applied\":{applied}}}"),
+            DrainOutcome::Partial { applied } => println!("{{\"applied\":{applied},\"more\":true}}"),
             DrainOutcome::Busy => eprintln!("another applier holds the WAL lease; it will apply the pending entries"),
         },
         Command::Status => println!("{}", serde_json::to_string(&catalog.status().await?)?),

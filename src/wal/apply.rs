@@ -41,6 +41,11 @@ pub enum DrainOutcome {
     },
     /// Another applier holds the shard; it re-checks for pending entries before it stops.
     Busy,
+    /// This caller applied entries and stopped at its time budget with entries still pending.
+    Partial {
+        /// Entries applied (or moved aside as dead).
+        applied: usize,
+    },
 }
 
 /// A row to write: a live record or a tombstone of one.
@@ -60,14 +65,16 @@ impl Wal {
             return Ok(DrainOutcome::Busy);
         };
         let mut applied = 0;
+        let started = std::time::Instant::now();
         loop {
             let Some(mut lease) = self.acquire_lease().await? else {
                 return Ok(if applied > 0 { DrainOutcome::Drained { applied } } else { DrainOutcome::Busy });
             };
-            let result = self.drain(&mut lease).await;
+            let result = self.drain(&mut lease, started).await;
             self.release_lease(lease).await;
             match result? {
-                Some(n) => applied += n,
+                Some((n, false)) => applied += n,
+                Some((n, true)) => return Ok(DrainOutcome::Partial { applied: applied + n }),
                 None => return Ok(DrainOutcome::Busy),
             }
             // Writers that found the lease taken while we held it rely on this re-check.
@@ -77,8 +84,9 @@ impl Wal {
         }
     }
 
-    /// Applies pending entries page by page. `None` when the lease was lost.
-    async fn drain(&self, lease: &mut Lease) -> Result<Option<usize>> {
+    /// Applies pending entries page by page: `(applied, stopped at the budget)`, or `None`
+    /// when the lease was lost.
+    async fn drain(&self, lease: &mut Lease, started: std::time::Instant) -> Result<Option<(usize, bool)>> {
         let mut applied = 0;
         loop {
             if !self.keep_lease(lease).await? {
@@ -86,7 +94,7 @@ impl Wal {
             }
             let page = self.pending_page(MAX_PAGE).await?;
             if page.is_empty() {
-                return Ok(Some(applied));
+                return Ok(Some((applied, false)));
             }
             let mut entries = Vec::with_capacity(page.len());
             for e in &page {
@@ -105,6 +113,9 @@ impl Wal {
                 self.advance_checkpoint(last).await?;
             }
             applied += page.len();
+            if started.elapsed() > self.opts.apply_budget {
+                return Ok(Some((applied, true)));
+            }
         }
     }
 

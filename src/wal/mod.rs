@@ -59,6 +59,10 @@ pub struct WalOptions {
     pub tombstone_grace: Duration,
     /// How long an intent marker is kept (at least the queue message time-to-live: 7 days).
     pub intent_marker_ttl: Duration,
+    /// Longest an apply pass keeps going before it stops at a page boundary (so one queue
+    /// invocation stays well inside the Functions timeout; the rest is picked up by the next
+    /// message or the sweeper).
+    pub apply_budget: Duration,
     /// Offset added to this process's clock when allocating WAL ids, in microseconds (0 in
     /// production; the reliability tests skew writers' clocks with it).
     pub clock_skew_us: i64,
@@ -71,6 +75,7 @@ impl Default for WalOptions {
             apply_concurrency: 32,
             tombstone_grace: Duration::from_secs(600),
             intent_marker_ttl: Duration::from_secs(8 * 24 * 3600),
+            apply_budget: Duration::from_secs(60),
             clock_skew_us: 0,
         }
     }

@@ -48,7 +48,7 @@ impl Wal {
         let (pending, oldest) = self.pending_stats().await?;
         if pending > 0 && oldest.as_ref().and_then(age_ms).unwrap_or(u64::MAX) >= apply_after.as_millis() as u64 {
             match self.apply_pending().await? {
-                DrainOutcome::Drained { applied } => report.applied = applied,
+                DrainOutcome::Drained { applied } | DrainOutcome::Partial { applied } => report.applied = applied,
                 DrainOutcome::Busy => report.busy = true,
             }
         }
