@@ -130,7 +130,7 @@ struct Run {
 
 async fn open_instance(store: Arc<dyn Store>, names: &Names, schema: &Schema, skew_us: i64) -> Arc<Catalog> {
     let mut o = CatalogOptions::default();
-    o.wal.lease_duration = Duration::from_millis(400);
+    o.wal.lease_duration = Duration::from_millis(1500);
     o.wal.tombstone_grace = Duration::from_secs(5);
     o.wal.clock_skew_us = skew_us;
     o.wait_timeout = Duration::from_secs(5);
@@ -153,7 +153,7 @@ fn add_faults(f: &FaultStore, catalog_table: &str) {
     f.add(Rule::new(&[], Trigger::Probability(0.02), Fault::Fail(unavailable())));
     f.add(Rule::new(&writes, Trigger::Probability(0.02), Fault::CommitThenFail(unavailable())));
     f.add(Rule::new(&[], Trigger::Probability(0.05), Fault::Delay(Duration::from_millis(3))));
-    // Freeze an applier mid fan-out for longer than its lease.
+    // Freeze an applier mid fan-out; several freezes in a row outlast its lease.
     f.add(
         Rule::new(
             &[OpKind::Get, OpKind::Replace, OpKind::Insert],

@@ -8,7 +8,9 @@
 //!    resolve their filter now, against live rows and their own tombstones (so a retry after
 //!    a crash finds the same records), record their tombstones in the tombstone index, then
 //!    write the tombstones and (replace) the new record.
-//! 3. Remove the applied entries from the pending partition, then advance the checkpoint.
+//! 3. After each group (a run of up to 64 upserts, or one replace or delete), remove its
+//!    entries from the pending partition and advance the checkpoint, so a lost lease or a
+//!    crash costs at most the group in flight.
 //!
 //! Fencing: every catalog row carries the id of the entry that last wrote it
 //! ([`crate::record::RowMeta`]), and a row is only replaced by a larger id (ETag-conditional).
@@ -56,7 +58,7 @@ enum RowWrite<'a> {
 }
 
 /// Longest run of upserts applied together.
-const UPSERT_RUN: usize = 256;
+const UPSERT_RUN: usize = 64;
 
 impl Wal {
     /// Applies every pending entry, unless another applier holds the shard's lease.
@@ -106,12 +108,6 @@ impl Wal {
             if !self.apply_entries(&entries, lease).await? {
                 return Ok(None);
             }
-            faults::point("before_remove_applied")?;
-            self.remove_pending(&entries).await?;
-            faults::point("before_checkpoint")?;
-            if let Some(last) = entries.iter().map(|e| &e.id).max() {
-                self.advance_checkpoint(last).await?;
-            }
             applied += page.len();
             if started.elapsed() > self.opts.apply_budget {
                 return Ok(Some((applied, true)));
@@ -119,7 +115,9 @@ impl Wal {
         }
     }
 
-    /// Applies entries in order. `Ok(false)` when the lease was lost.
+    /// Applies entries in order, group by group, each group removed from the pending
+    /// partition and checkpointed as soon as it is applied, so a lost lease or a crash never
+    /// costs more than the group in flight. `Ok(false)` when the lease was lost.
     async fn apply_entries(&self, entries: &[WalEntry], lease: &mut Lease) -> Result<bool> {
         let mut i = 0;
         while i < entries.len() {
@@ -146,6 +144,12 @@ impl Wal {
                         }
                     }
                 }
+            }
+            faults::point("before_remove_applied")?;
+            self.remove_pending(group).await?;
+            faults::point("before_checkpoint")?;
+            if let Some(last) = group.iter().map(|e| &e.id).max() {
+                self.advance_checkpoint(last).await?;
             }
             i += group.len();
         }
