@@ -23,11 +23,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Body;
-use axum::http::{Request, StatusCode};
+use axum::http::StatusCode;
 use base64::Engine as _;
-use http_body_util::BodyExt;
 use serde_json::{json, Map, Value};
-use tower::ServiceExt;
 
 use table_catalog::catalog::{Catalog, MessageOutcome};
 use table_catalog::config::Config;
@@ -47,26 +45,6 @@ const TOO_LARGE: StatusCode = StatusCode::PAYLOAD_TOO_LARGE;
 // ------------------------------------------------------------------------------------------
 // Helpers
 // ------------------------------------------------------------------------------------------
-
-/// One request through the router: (status, body as JSON, or the raw text as a JSON string).
-async fn call(
-    app: &axum::Router,
-    method: &str,
-    uri: &str,
-    ct: Option<&str>,
-    body: impl Into<Body>,
-) -> (StatusCode, Value) {
-    let mut req = Request::builder().method(method).uri(uri);
-    if let Some(ct) = ct {
-        req = req.header("content-type", ct);
-    }
-    let resp = app.clone().oneshot(req.body(body.into()).unwrap()).await.unwrap();
-    let status = resp.status();
-    let bytes = resp.into_body().collect().await.unwrap().to_bytes();
-    let value =
-        serde_json::from_slice(&bytes).unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into_owned()));
-    (status, value)
-}
 
 /// Percent-encodes a query-string value.
 fn enc(s: &str) -> String {
@@ -126,7 +104,7 @@ impl Harness {
     }
 
     async fn call(&self, method: &str, uri: &str, ct: Option<&str>, body: impl Into<Body>) -> (StatusCode, Value) {
-        call(&self.app, method, uri, ct, body).await
+        common::call(&self.app, method, uri, ct, body).await
     }
 
     /// The bad input of `ctx` was rejected: nothing logged, nothing dead, no catalog row

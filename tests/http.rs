@@ -3,29 +3,10 @@
 mod common;
 
 use axum::body::Body;
-use axum::http::{Request, StatusCode};
-use http_body_util::BodyExt;
+use axum::http::StatusCode;
 use serde_json::{json, Value};
-use tower::ServiceExt;
 
-use common::{airports_catalog, backends};
-
-async fn call(
-    app: &axum::Router,
-    method: &str,
-    uri: &str,
-    ct: Option<&str>,
-    body: impl Into<Body>,
-) -> (StatusCode, Value) {
-    let mut req = Request::builder().method(method).uri(uri);
-    if let Some(ct) = ct {
-        req = req.header("content-type", ct);
-    }
-    let resp = app.clone().oneshot(req.body(body.into()).unwrap()).await.unwrap();
-    let status = resp.status();
-    let bytes = resp.into_body().collect().await.unwrap().to_bytes();
-    (status, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
-}
+use common::{airports_catalog, backends, call};
 
 fn jfk() -> Value {
     json!({"icao": "KJFK", "iata": "JFK", "lid": "JFK", "name": "John F Kennedy International Airport", "elevation": 13})

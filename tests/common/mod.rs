@@ -70,3 +70,26 @@ pub async fn catalog_with(backend: Backend, schema: Schema, opts: CatalogOptions
 pub fn airports_csv() -> std::path::PathBuf {
     std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("data/airports.csv")
 }
+
+/// One request through an axum router (no socket): (status, body as JSON, or the raw text as
+/// a JSON string when it is not JSON).
+pub async fn call(
+    app: &axum::Router,
+    method: &str,
+    uri: &str,
+    ct: Option<&str>,
+    body: impl Into<axum::body::Body>,
+) -> (axum::http::StatusCode, serde_json::Value) {
+    use http_body_util::BodyExt;
+    use tower::ServiceExt;
+    let mut req = axum::http::Request::builder().method(method).uri(uri);
+    if let Some(ct) = ct {
+        req = req.header("content-type", ct);
+    }
+    let resp = app.clone().oneshot(req.body(body.into()).unwrap()).await.unwrap();
+    let status = resp.status();
+    let bytes = resp.into_body().collect().await.unwrap().to_bytes();
+    let value = serde_json::from_slice(&bytes)
+        .unwrap_or_else(|_| serde_json::Value::String(String::from_utf8_lossy(&bytes).into_owned()));
+    (status, value)
+}

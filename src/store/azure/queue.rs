@@ -31,39 +31,15 @@ impl AzureStore {
 #[async_trait]
 impl QueueStore for AzureStore {
     async fn create_queue(&self, queue: &str) -> StoreResult<()> {
-        const WHAT: &str = "create queue";
         let client = &self.queue_client(queue)?;
-        let out = self
-            .retry
-            .run(WHAT, || async move {
-                match client.create().await {
-                    Ok(_) => Ok(()),
-                    Err(e) => match map_error(&e, WHAT) {
-                        StoreError::AlreadyExists(_) => Ok(()),
-                        other => Err(other),
-                    },
-                }
-            })
-            .await;
-        out.result
+        self.retry
+            .run_idempotent("create queue", |e| matches!(e, StoreError::AlreadyExists(_)), || client.create())
+            .await
     }
 
     async fn delete_queue(&self, queue: &str) -> StoreResult<()> {
-        const WHAT: &str = "delete queue";
         let client = &self.queue_client(queue)?;
-        let out = self
-            .retry
-            .run(WHAT, || async move {
-                match client.delete().await {
-                    Ok(_) => Ok(()),
-                    Err(e) => match map_error(&e, WHAT) {
-                        StoreError::NotFound(_) => Ok(()),
-                        other => Err(other),
-                    },
-                }
-            })
-            .await;
-        out.result
+        self.retry.run_idempotent("delete queue", |e| matches!(e, StoreError::NotFound(_)), || client.delete()).await
     }
 
     async fn put_message(&self, queue: &str, text: &str, visible_after: Duration) -> StoreResult<String> {

@@ -61,6 +61,35 @@ impl RetryPolicy {
         half + Duration::from_millis(jitter)
     }
 
+    /// Runs an idempotent create or delete (of a table or queue): `call` builds the request,
+    /// and an error `tolerated` accepts (AlreadyExists for a create, NotFound for a delete)
+    /// counts as success.
+    pub(crate) async fn run_idempotent<F, R, T>(
+        &self,
+        what: &str,
+        tolerated: fn(&StoreError) -> bool,
+        call: F,
+    ) -> StoreResult<()>
+    where
+        F: Fn() -> R,
+        R: std::future::IntoFuture<Output = azure_core::Result<T>>,
+    {
+        self.run(what, || {
+            let request = call();
+            async move {
+                match request.await {
+                    Ok(_) => Ok(()),
+                    Err(e) => match super::error::map_error(&e, what) {
+                        err if tolerated(&err) => Ok(()),
+                        err => Err(err),
+                    },
+                }
+            }
+        })
+        .await
+        .result
+    }
+
     /// Runs `attempt` until it succeeds, fails permanently, or the attempts are used up.
     pub(crate) async fn run<T, F, Fut>(&self, what: &str, mut attempt: F) -> Outcome<T>
     where

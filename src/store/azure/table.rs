@@ -199,39 +199,15 @@ impl AzureStore {
 #[async_trait]
 impl TableStore for AzureStore {
     async fn create_table(&self, table: &str) -> StoreResult<()> {
-        const WHAT: &str = "create table";
         let client = &self.table_client(table)?;
-        let out = self
-            .retry
-            .run(WHAT, || async move {
-                match client.create().await {
-                    Ok(_) => Ok(()),
-                    Err(e) => match map_error(&e, WHAT) {
-                        StoreError::AlreadyExists(_) => Ok(()),
-                        other => Err(other),
-                    },
-                }
-            })
-            .await;
-        out.result
+        self.retry
+            .run_idempotent("create table", |e| matches!(e, StoreError::AlreadyExists(_)), || client.create())
+            .await
     }
 
     async fn delete_table(&self, table: &str) -> StoreResult<()> {
-        const WHAT: &str = "delete table";
         let client = &self.table_client(table)?;
-        let out = self
-            .retry
-            .run(WHAT, || async move {
-                match client.delete().await {
-                    Ok(_) => Ok(()),
-                    Err(e) => match map_error(&e, WHAT) {
-                        StoreError::NotFound(_) => Ok(()),
-                        other => Err(other),
-                    },
-                }
-            })
-            .await;
-        out.result
+        self.retry.run_idempotent("delete table", |e| matches!(e, StoreError::NotFound(_)), || client.delete()).await
     }
 
     async fn get(&self, table: &str, partition_key: &str, row_key: &str) -> StoreResult<Option<Entity>> {
