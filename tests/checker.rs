@@ -274,7 +274,8 @@ async fn check(backend: common::Backend, run: Run) {
         f.clear();
     }
     let c0 = &catalogs[0];
-    let deadline = Instant::now() + Duration::from_secs(120);
+    // Quiescing a long run on a loaded emulator takes a while: allow 30 ms per operation.
+    let deadline = Instant::now() + Duration::from_secs(120) + Duration::from_millis(30 * ops as u64);
     loop {
         c0.recover().await.unwrap();
         let s = c0.status().await.unwrap();
