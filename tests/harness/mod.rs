@@ -1,6 +1,6 @@
 //! A stand-in for the Azure Functions host (v4) running this custom-handler app, for tests.
 //! The facts it reproduces, with their sources, are in
-//! `/work/shared/docs/functions-host-contract.md` ("Things a test harness must reproduce")
+//! docs/FUNCTIONS.md (the host contract the handler relies on)
 //! and `docs/FUNCTIONS.md`.
 //!
 //! [`Harness::start`] reads `host.json`, every `functions/*/function.json` and
