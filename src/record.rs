@@ -58,6 +58,12 @@ pub struct RowMeta {
     /// True on a tombstone: the record was deleted by `wal_id`.
     #[serde(rename = "d", default, skip_serializing_if = "std::ops::Not::not")]
     pub deleted: bool,
+    /// On a tombstone: when it was written, in microseconds since the Unix epoch by the
+    /// applier's clock. An entry can be applied long after its id was allocated (a backlog),
+    /// so the sweeper keeps a tombstone for the grace period counted from this time, not
+    /// from its id. `None` on live rows and on tombstones written before this field existed.
+    #[serde(rename = "t", default, skip_serializing_if = "Option::is_none")]
+    pub deleted_at: Option<i64>,
 }
 
 impl RowMeta {
@@ -181,7 +187,7 @@ pub fn to_properties(record: &Record, wal_id: &str) -> Properties {
 /// The properties of a tombstone of `record` written by WAL entry `wal_id`. A tombstone
 /// keeps the record it deleted, so a delete that is applied again after a crash finds the
 /// same records (its filter is resolved against live rows and its own tombstones).
-pub fn tombstone_properties(record: &Record, wal_id: &str) -> Properties {
+pub fn tombstone_properties(record: &Record, wal_id: &str, written_at_us: i64) -> Properties {
     let mut props = to_properties(record, wal_id);
     let mut meta = props
         .get(META)
@@ -189,6 +195,7 @@ pub fn tombstone_properties(record: &Record, wal_id: &str) -> Properties {
         .and_then(|s| serde_json::from_str::<RowMeta>(s).ok())
         .unwrap_or_default();
     meta.deleted = true;
+    meta.deleted_at = Some(written_at_us);
     props.insert(META.to_string(), Value::String(meta_json(&meta)));
     props
 }
@@ -276,11 +283,12 @@ mod tests {
     #[test]
     fn tombstones_are_not_records() {
         let r = rec(json!({"a": 1, "n": null}));
-        let e = Entity { properties: tombstone_properties(&r, "w9"), ..Entity::new("p", "r") };
+        let e = Entity { properties: tombstone_properties(&r, "w9", 42), ..Entity::new("p", "r") };
         assert_eq!(from_entity(&e), None);
         let meta = RowMeta::of(&e);
         assert!(meta.deleted);
         assert_eq!(meta.wal_id, "w9");
+        assert_eq!(meta.deleted_at, Some(42));
         assert_eq!(payload(&e, &meta), r);
     }
 

@@ -13,13 +13,18 @@
 //!   acknowledged write that nothing later touched must be there, with its payload);
 //! - nothing pending, nothing dead, nothing poisoned, queue drained.
 //!
+//! While the run goes on, an auditor scans the catalog table over and over and checks that
+//! no row's WAL id ever goes back (fencing: an applier whose lease expired while it was
+//! frozen cannot overwrite a newer entry's write). A stale overwrite is usually repaired by
+//! the next write of the same row, so the final state alone would rarely show it.
+//!
 //! Bounded runs are part of `scripts/test.sh`; a long run:
 //! `TC_CHECKER_OPS=100000 TC_CHECKER_SEED=7 cargo test --release --features fault-injection --test checker -- --nocapture`.
 #![cfg(feature = "fault-injection")]
 
 mod common;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -32,12 +37,13 @@ use table_catalog::config::Names;
 use table_catalog::import::{read_file, Format};
 use table_catalog::messages;
 use table_catalog::query::Filter;
-use table_catalog::record::Record;
+use table_catalog::record::{Record, RowMeta};
 use table_catalog::schema::Schema;
 use table_catalog::server::{self, ServeOptions};
 use table_catalog::store::fault::{unavailable, Fault, FaultStore, OpKind, Rule, Trigger};
 use table_catalog::store::Store;
 use table_catalog::verify;
+use table_catalog::wal::id::{format_micros, now_micros};
 
 const INDEX: [&str; 3] = ["icao", "iata", "lid"];
 
@@ -131,7 +137,7 @@ struct Run {
 async fn open_instance(store: Arc<dyn Store>, names: &Names, schema: &Schema, skew_us: i64) -> Arc<Catalog> {
     let mut o = CatalogOptions::default();
     o.wal.lease_duration = Duration::from_millis(1500);
-    o.wal.tombstone_grace = Duration::from_secs(5);
+    o.wal.tombstone_grace = Duration::from_secs(10);
     o.wal.clock_skew_us = skew_us;
     o.wait_timeout = Duration::from_secs(5);
     o.sweep_apply_after = Duration::from_millis(300);
@@ -162,6 +168,61 @@ fn add_faults(f: &FaultStore, catalog_table: &str) {
         )
         .on(catalog_table),
     );
+    // A freeze longer than the lease (1.5 s): another applier takes the shard over while this
+    // one still holds a fan-out write it will send when it wakes up.
+    f.add(
+        Rule::new(&[OpKind::Get, OpKind::Replace, OpKind::Insert], Trigger::Probability(0.004), Fault::Delay(FREEZE))
+            .on(catalog_table),
+    );
+}
+
+const FREEZE: Duration = Duration::from_millis(2000);
+
+/// What the auditor saw: scans done, rows observed, WAL-id regressions.
+#[derive(Default)]
+struct Audit {
+    scans: u64,
+    regressions: Vec<String>,
+}
+
+/// Scans the catalog table until `stop`, checking that every row's WAL id only grows.
+async fn audit(
+    store: Arc<dyn Store>,
+    table: String,
+    period: Duration,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) -> Audit {
+    let mut seen: HashMap<(String, String), (String, String)> = HashMap::new();
+    let mut reported = BTreeSet::new();
+    let mut out = Audit::default();
+    while !*stop.borrow() {
+        // Scan errors (a loaded emulator) just skip a round.
+        if let Ok(rows) = verify::scan_all(store.as_ref(), &table).await {
+            out.scans += 1;
+            for e in rows {
+                let id = RowMeta::of(&e).wal_id;
+                let key = (e.partition_key.clone(), e.row_key.clone());
+                let shown = format!("seen {} {:?}", format_micros(now_micros()), e.properties);
+                match seen.get(&key) {
+                    Some((prev, was)) if id < *prev => {
+                        if reported.insert((key.clone(), id.clone())) {
+                            out.regressions
+                                .push(format!("row {key:?}: WAL id went back from {prev} ({was}) to {id} ({shown})"))
+                        }
+                    }
+                    Some((prev, _)) if id == *prev => {}
+                    _ => {
+                        seen.insert(key, (id, shown));
+                    }
+                }
+            }
+        }
+        tokio::select! {
+            _ = stop.changed() => {}
+            _ = tokio::time::sleep(period) => {}
+        }
+    }
+    out
 }
 
 async fn check(backend: common::Backend, run: Run) {
@@ -187,8 +248,32 @@ async fn check(backend: common::Backend, run: Run) {
         background.push(tokio::spawn(server::run_sweeper(c.clone(), Duration::from_millis(250), stop_rx.clone())));
     }
 
+    let audit_period = Duration::from_millis(if backend == common::Backend::Local { 10 } else { 100 });
+    let auditor = tokio::spawn(audit(inner.clone(), names.table.clone(), audit_period, stop_rx.clone()));
+
     let clock = Arc::new(AtomicU64::new(1));
     let history: Arc<Mutex<Vec<Op>>> = Arc::new(Mutex::new(Vec::new()));
+    let progress = {
+        let history = history.clone();
+        let mut stop = stop_rx.clone();
+        tokio::spawn(async move {
+            let mut last = 0;
+            loop {
+                tokio::select! {
+                    _ = stop.changed() => return,
+                    _ = tokio::time::sleep(Duration::from_secs(30)) => {}
+                }
+                let done = history.lock().unwrap().len();
+                if done != last {
+                    eprintln!(
+                        "checker {backend:?} seed {seed}: {done}/{ops} ops after {:.0} s",
+                        started.elapsed().as_secs_f64()
+                    );
+                    last = done;
+                }
+            }
+        })
+    };
     let mut tasks = Vec::new();
     for client in 0..clients {
         let (u, clock, history, catalogs) = (u.clone(), clock.clone(), history.clone(), catalogs.clone());
@@ -290,6 +375,8 @@ async fn check(backend: common::Backend, run: Run) {
     for b in background {
         b.await.unwrap();
     }
+    progress.await.unwrap();
+    let audit = auditor.await.unwrap();
     c0.recover().await.unwrap();
     let status = c0.status().await.unwrap();
     assert_eq!((status.pending, status.dead, status.poison), (0, 0, 0), "seed {seed}: {status:?}");
@@ -335,13 +422,16 @@ async fn check(backend: common::Backend, run: Run) {
     let (calls, injected): (u64, u64) = faulty.iter().map(|f| f.counts()).fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1));
     eprintln!(
         "checker {backend:?} seed {seed}: {} ops ({} acknowledged) by {clients} clients on {instances} instances in {issued_secs:.1} s; \
-         {calls} storage calls, {injected} faults injected; {} identities, {checked_writes} live, {} rows; {} violations",
+         {calls} storage calls, {injected} faults injected; {} identities, {checked_writes} live, {} rows; \
+         {} audit scans; {} violations",
         history.len(),
         history.iter().filter(|o| o.acked).count(),
         identities.len(),
         rows.len(),
-        violations.len()
+        audit.scans,
+        violations.len() + audit.regressions.len()
     );
+    assert!(audit.regressions.is_empty(), "seed {seed}: {:#?}", &audit.regressions[..audit.regressions.len().min(10)]);
     assert!(violations.is_empty(), "seed {seed}: {:#?}", &violations[..violations.len().min(10)]);
 }
 

@@ -82,3 +82,66 @@ async fn stale_lease_holder_cannot_resurrect_a_deleted_record() {
         scenario(backend, true).await;
     }
 }
+
+/// Found by the randomized checker (seed 20261121, local): a delete applied from a backlog
+/// writes tombstones whose WAL id is already older than the tombstone grace period. The
+/// sweeper used to remove them at once (it aged tombstones by their id), and a stale lease
+/// holder still holding an older upsert of the same record then re-created a row of it: the
+/// deleted record came back in one index. Tombstones now age from when they were written.
+async fn late_tombstone_scenario(backend: common::Backend) {
+    let inner = common::store(backend);
+    let names = Names::new(&common::unique_name("late"), None, None).unwrap();
+    let grace = Duration::from_millis(1500);
+    let mut opts = options();
+    opts.wal.tombstone_grace = grace;
+    opts.sweep_apply_after = Duration::from_secs(3600); // the sweeps below only collect
+    let slow = Arc::new(FaultStore::new(inner.clone(), 1));
+    let x =
+        Arc::new(Catalog::open(slow.clone(), names.clone(), common::airports_schema(), opts.clone()).await.unwrap());
+    let y =
+        Catalog::open(inner.clone() as Arc<dyn Store>, names.clone(), common::airports_schema(), opts).await.unwrap();
+
+    // A backlog: an upsert and then a delete of the same record, both logged, neither
+    // applied, until their ids are older than the grace period.
+    x.upsert(jfk(1), false).await.unwrap();
+    y.delete(Filter::new(vec![("icao".into(), "KJFK".into())]), false).await.unwrap();
+    tokio::time::sleep(grace + Duration::from_millis(200)).await;
+
+    // X starts applying the upsert; its second row write freezes past its lease.
+    slow.add(Rule::new(&[OpKind::Insert], Trigger::Nth(2), Fault::Delay(Duration::from_millis(3000))).on(&names.table));
+    let stale = tokio::spawn({
+        let x = x.clone();
+        async move { x.recover().await }
+    });
+    tokio::time::sleep(Duration::from_millis(600)).await;
+
+    // Y takes over, applies both entries (the delete writes fresh tombstones with old ids)
+    // and sweeps while X is still frozen.
+    y.recover().await.unwrap();
+    let swept = y.sweep().await.unwrap();
+    assert_eq!(swept.tombstones_removed, 0, "{backend:?}: tombstones written just now were removed");
+
+    // X wakes up and sends its stale row write.
+    let _ = stale.await.unwrap();
+    assert!(slow.counts().1 >= 1, "the freeze was injected");
+    y.recover().await.unwrap();
+    let report = verify::verify(inner.as_ref(), &names.table, y.schema()).await.unwrap();
+    assert!(report.ok(), "{backend:?}: {:?}", report.violations);
+    for (field, value) in [("icao", "KJFK"), ("iata", "JFK"), ("lid", "JFK")] {
+        let found = y.query_all(&Filter::new(vec![(field.into(), value.into())])).await.unwrap();
+        assert!(found.is_empty(), "{backend:?}: the deleted record came back by {field}: {found:?}");
+    }
+
+    // Once the grace period has passed since they were written, the tombstones go.
+    tokio::time::sleep(grace + Duration::from_millis(200)).await;
+    let swept = y.sweep().await.unwrap();
+    assert_eq!(swept.tombstones_removed, 3, "{backend:?}: {swept:?}");
+    assert!(verify::scan_all(inner.as_ref(), &names.table).await.unwrap().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn regression_tombstone_applied_from_a_backlog_outlives_a_stale_lease_holder() {
+    for backend in common::backends() {
+        late_tombstone_scenario(backend).await;
+    }
+}

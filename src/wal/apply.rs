@@ -25,6 +25,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use futures::{StreamExt, TryStreamExt};
 
+use super::id::now_micros;
 use super::lease::Lease;
 use super::{Op, Wal, WalEntry, WalId, DEAD, SHARD, TOMBSTONES};
 use crate::error::{Error, Result};
@@ -260,7 +261,7 @@ impl Wal {
             .map(|(pk, rk, id, write)| {
                 let properties = match write {
                     RowWrite::Live(r) => record::to_properties(r, id.as_str()),
-                    RowWrite::Tombstone(r) => record::tombstone_properties(r, id.as_str()),
+                    RowWrite::Tombstone(r) => record::tombstone_properties(r, id.as_str(), now_micros()),
                 };
                 self.put_row(Entity { partition_key: pk, row_key: rk, etag: None, properties }, id.to_string())
             })

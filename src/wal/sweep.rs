@@ -2,7 +2,9 @@
 //! - applies the shard when its oldest pending entry is older than a threshold (its queue
 //!   hint was lost, or its applier died);
 //! - removes tombstones once no entry they fence against can still be pending or in flight:
-//!   older than both the oldest pending entry and the tombstone grace period;
+//!   written by an entry older than the oldest pending one and than the grace period, and
+//!   themselves written more than the grace period ago (an entry applied from a backlog
+//!   writes a tombstone with an old id while a stale applier may still hold an older entry);
 //! - removes intent markers older than their time-to-live;
 //! - reports pending count, oldest pending age and dead entries.
 
@@ -55,28 +57,34 @@ impl Wal {
         let (pending, oldest) = self.pending_stats().await?;
         report.pending = pending;
         report.oldest_pending_age_ms = oldest.as_ref().and_then(age_ms);
-        let grace_horizon = now_micros() - self.opts.tombstone_grace.as_micros() as i64;
+        let now = now_micros();
+        let grace_horizon = now - self.opts.tombstone_grace.as_micros() as i64;
         let horizon = oldest.and_then(|o| o.micros()).map_or(grace_horizon, |o| o.min(grace_horizon));
-        report.tombstones_removed = self.remove_tombstones(&format_micros(horizon)).await?;
+        report.tombstones_removed = self.remove_tombstones(&format_micros(horizon), grace_horizon).await?;
         report.markers_removed = self.remove_markers().await?;
         report.dead = self.dead_count().await?;
         Ok(report)
     }
 
-    /// Removes tombstones written by entries with ids below `horizon`.
-    async fn remove_tombstones(&self, horizon: &str) -> Result<usize> {
+    /// Removes tombstones written by entries with ids below `horizon` and written (by the
+    /// applier's clock) before `written_before` (microseconds since the epoch). Index entries
+    /// of tombstones still too young are kept for a later sweep; the others are removed.
+    async fn remove_tombstones(&self, horizon: &str, written_before: i64) -> Result<usize> {
         let range = RowRange { before: Some(horizon.to_string()), ..RowRange::default() };
         let mut removed = 0;
+        let mut token: Option<String> = None;
         loop {
-            let page = self.store.query_partition(&self.table, TOMBSTONES, &range, MAX_PAGE, None).await?;
-            if page.entities.is_empty() {
-                return Ok(removed);
-            }
+            let page = self.store.query_partition(&self.table, TOMBSTONES, &range, MAX_PAGE, token.as_deref()).await?;
             for idx in &page.entities {
                 let (Some(pk), Some(rk)) = (idx.str("pk"), idx.str("rk")) else { continue };
+                // A row gone, live again, or a newer tombstone (indexed under its own id) only
+                // loses its index entry.
                 if let Some(row) = self.store.get(&self.catalog_table, pk, rk).await? {
                     let meta = RowMeta::of(&row);
                     if meta.deleted && meta.wal_id.as_str() < horizon {
+                        if meta.deleted_at.is_some_and(|at| at >= written_before) {
+                            continue; // too young: a stale applier may still hold an older entry
+                        }
                         let tag = row.etag.clone().map_or(IfMatch::Any, IfMatch::Etag);
                         match self.store.delete(&self.catalog_table, pk, rk, &tag).await {
                             Ok(()) => removed += 1,
@@ -89,6 +97,10 @@ impl Wal {
                     Ok(()) | Err(StoreError::NotFound(_)) => {}
                     Err(e) => return Err(e.into()),
                 }
+            }
+            match page.continuation {
+                Some(t) => token = Some(t),
+                None => return Ok(removed),
             }
         }
     }
