@@ -31,14 +31,27 @@ fn options() -> CatalogOptions {
     o
 }
 
-async fn scenario(backend: common::Backend, then_delete: bool) {
+/// Two catalog instances on one store: `x` through a fault injector (`slow`), `y` direct.
+struct Pair {
+    inner: Arc<dyn Store>,
+    names: Names,
+    slow: Arc<FaultStore>,
+    x: Arc<Catalog>,
+    y: Catalog,
+}
+
+async fn pair(backend: common::Backend, prefix: &str, opts: CatalogOptions) -> Pair {
     let inner = common::store(backend);
-    let names = Names::new(&common::unique_name("stale"), None, None).unwrap();
+    let names = Names::new(&common::unique_name(prefix), None, None).unwrap();
     let slow = Arc::new(FaultStore::new(inner.clone(), 1));
-    let x = Arc::new(Catalog::open(slow.clone(), names.clone(), common::airports_schema(), options()).await.unwrap());
-    let y = Catalog::open(inner.clone() as Arc<dyn Store>, names.clone(), common::airports_schema(), options())
-        .await
-        .unwrap();
+    let schema = common::airports_schema();
+    let x = Arc::new(Catalog::open(slow.clone(), names.clone(), schema.clone(), opts.clone()).await.unwrap());
+    let y = Catalog::open(inner.clone(), names.clone(), schema, opts).await.unwrap();
+    Pair { inner, names, slow, x, y }
+}
+
+async fn scenario(backend: common::Backend, then_delete: bool) {
+    let Pair { inner, names, slow, x, y } = pair(backend, "stale", options()).await;
 
     // X logs v=1 and starts applying it; its second row write freezes for longer than the lease.
     x.upsert(jfk(1), false).await.unwrap();
@@ -89,17 +102,11 @@ async fn stale_lease_holder_cannot_resurrect_a_deleted_record() {
 /// holder still holding an older upsert of the same record then re-created a row of it: the
 /// deleted record came back in one index. Tombstones now age from when they were written.
 async fn late_tombstone_scenario(backend: common::Backend) {
-    let inner = common::store(backend);
-    let names = Names::new(&common::unique_name("late"), None, None).unwrap();
     let grace = Duration::from_millis(1500);
     let mut opts = options();
     opts.wal.tombstone_grace = grace;
     opts.sweep_apply_after = Duration::from_secs(3600); // the sweeps below only collect
-    let slow = Arc::new(FaultStore::new(inner.clone(), 1));
-    let x =
-        Arc::new(Catalog::open(slow.clone(), names.clone(), common::airports_schema(), opts.clone()).await.unwrap());
-    let y =
-        Catalog::open(inner.clone() as Arc<dyn Store>, names.clone(), common::airports_schema(), opts).await.unwrap();
+    let Pair { inner, names, slow, x, y } = pair(backend, "late", opts).await;
 
     // A backlog: an upsert and then a delete of the same record, both logged, neither
     // applied, until their ids are older than the grace period.
@@ -152,13 +159,7 @@ async fn regression_tombstone_applied_from_a_backlog_outlives_a_stale_lease_hold
 /// storage appliers took the shard from one another forever. Progress is now committed per
 /// group (at most 64 upserts, or one filter operation).
 async fn lease_lost_mid_page_scenario(backend: common::Backend) {
-    let inner = common::store(backend);
-    let names = Names::new(&common::unique_name("page"), None, None).unwrap();
-    let slow = Arc::new(FaultStore::new(inner.clone(), 1));
-    let x = Arc::new(Catalog::open(slow.clone(), names.clone(), common::airports_schema(), options()).await.unwrap());
-    let y = Catalog::open(inner.clone() as Arc<dyn Store>, names.clone(), common::airports_schema(), options())
-        .await
-        .unwrap();
+    let Pair { inner, names, slow, x, y } = pair(backend, "page", options()).await;
     let records: Vec<Record> = (0..200)
         .map(|i| {
             json!({"icao": format!("T{i:03}"), "iata": format!("I{i:03}"), "lid": format!("L{i:03}"), "name": format!("Test field {i}")})
