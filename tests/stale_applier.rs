@@ -120,13 +120,23 @@ async fn late_tombstone_scenario(backend: common::Backend) {
         let x = x.clone();
         async move { x.recover().await }
     });
-    tokio::time::sleep(Duration::from_millis(600)).await;
+    let deadline = std::time::Instant::now() + Duration::from_millis(2500);
+    while slow.counts().1 == 0 {
+        assert!(std::time::Instant::now() < deadline, "{backend:?}: X never reached the frozen write");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(400)).await; // X's lease (300 ms) expires
 
     // Y takes over, applies both entries (the delete writes fresh tombstones with old ids)
     // and sweeps while X is still frozen.
-    y.recover().await.unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_millis(1500);
+    while y.status().await.unwrap().pending > 0 {
+        assert!(std::time::Instant::now() < deadline, "{backend:?}: Y could not take the shard over");
+        y.recover().await.unwrap();
+    }
     let swept = y.sweep().await.unwrap();
     assert_eq!(swept.tombstones_removed, 0, "{backend:?}: tombstones written just now were removed");
+    assert!(!stale.is_finished(), "{backend:?}: X woke up before Y swept; the scenario did not happen");
 
     // X wakes up and sends its stale row write.
     let _ = stale.await.unwrap();
