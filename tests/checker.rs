@@ -18,8 +18,9 @@
 //! frozen cannot overwrite a newer entry's write). A stale overwrite is usually repaired by
 //! the next write of the same row, so the final state alone would rarely show it.
 //!
-//! Bounded runs are part of `scripts/test.sh`; a long run:
-//! `TC_CHECKER_OPS=100000 TC_CHECKER_SEED=7 cargo test --release --features fault-injection --test checker -- --nocapture`.
+//! Bounded runs are part of `scripts/test.sh`; long runs: `scripts/checker_long.sh local`
+//! (100,000 operations) and `scripts/checker_long.sh azurite` (20,000), or by hand:
+//! `TC_CHECKER_OPS=100000 TC_CHECKER_SEED=7 TC_CHECKER_CLIENTS=8 TC_CHECKER_BACKEND=local cargo test --release --features fault-injection --test checker -- --nocapture`.
 #![cfg(feature = "fault-injection")]
 
 mod common;
