@@ -259,6 +259,7 @@ async fn check(backend: common::Backend, run: Run) {
 
     let clock = Arc::new(AtomicU64::new(1));
     let history: Arc<Mutex<Vec<Op>>> = Arc::new(Mutex::new(Vec::new()));
+    let refused = Arc::new(AtomicU64::new(0));
     let progress = {
         let history = history.clone();
         let mut stop = stop_rx.clone();
@@ -282,7 +283,8 @@ async fn check(backend: common::Backend, run: Run) {
     };
     let mut tasks = Vec::new();
     for client in 0..clients {
-        let (u, clock, history, catalogs) = (u.clone(), clock.clone(), history.clone(), catalogs.clone());
+        let (u, clock, history, catalogs, refused) =
+            (u.clone(), clock.clone(), history.clone(), catalogs.clone(), refused.clone());
         let n = ops / clients + usize::from(client < ops % clients);
         tasks.push(tokio::spawn(async move {
             let mut rng = StdRng::seed_from_u64(seed ^ (client as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15));
@@ -328,7 +330,10 @@ async fn check(backend: common::Backend, run: Run) {
                 } else {
                     match &kind {
                         Kind::Upsert(r) if roll % 5 == 0 => match c.insert(r.clone(), wait).await {
-                            Err(table_catalog::Error::Conflict(_)) => continue, // rejected before logging
+                            Err(table_catalog::Error::Conflict(_)) => {
+                                refused.fetch_add(1, Ordering::Relaxed); // rejected before logging
+                                continue;
+                            }
                             other => other.map(|_| ()),
                         },
                         Kind::Upsert(r) => c.upsert(r.clone(), wait).await.map(|_| ()),
@@ -436,9 +441,10 @@ async fn check(backend: common::Backend, run: Run) {
     assert!(stray.is_empty(), "seed {seed}: records nobody wrote: {stray:?}");
     let (calls, injected): (u64, u64) = faulty.iter().map(|f| f.counts()).fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1));
     eprintln!(
-        "checker {backend:?} seed {seed}: {} ops ({} acknowledged) by {clients} clients on {instances} instances in {issued_secs:.1} s; \
-         {calls} storage calls, {injected} faults injected; {} identities, {checked_writes} live, {} rows; \
+        "checker {backend:?} seed {seed}: {} ops issued, {} writes checked ({} acknowledged) by {clients} clients on \
+         {instances} instances in {issued_secs:.1} s; {calls} storage calls, {injected} faults injected; {} identities, {checked_writes} live, {} rows; \
          {} audit scans; {} violations",
+        history.len() as u64 + refused.load(Ordering::Relaxed),
         history.len(),
         history.iter().filter(|o| o.acked).count(),
         identities.len(),
