@@ -279,6 +279,8 @@ pub async fn paging(store: &dyn Store) {
         assert_eq!(keys.len(), n, "partition of {n}");
         assert!(keys.windows(2).all(|w| w[0] < w[1]), "RowKey order for {n}");
         assert_eq!(keys.iter().collect::<HashSet<_>>().len(), n, "no duplicates for {n}");
+        let counted = store.count_range(&t, &pk, &RowRange::default()).await.unwrap();
+        assert_eq!(counted, (n as u64, keys.first().cloned()), "count of {n}");
     }
     let small = read_all(store, &t, "p1001", &RowRange::default(), 7).await;
     assert_eq!(small.len(), 1001, "small pages");
@@ -310,12 +312,21 @@ pub async fn range_queries(store: &dyn Store) {
     assert_eq!(read_all(store, &t, "p", &r(None, Some("00010"), Some("00019"), None), 1000).await.len(), 8);
     assert_eq!(read_all(store, &t, "p", &r(Some("00045"), None, None, None), 3).await.len(), 5);
     assert_eq!(read_all(store, &t, "p", &r(Some("1"), None, None, None), 1000).await.len(), 0);
+    for (range, want) in [
+        (r(Some("00010"), None, None, Some("00019")), (10, Some("00010".to_string()))),
+        (r(None, Some("00010"), Some("00019"), None), (8, Some("00011".to_string()))),
+        (r(Some("1"), None, None, None), (0, None)),
+    ] {
+        assert_eq!(store.count_range(&t, "p", &range).await.unwrap(), want, "{range:?}");
+    }
     // UTF-16 code-unit order: an emoji (surrogate U+D83D) sorts before U+E000 and U+FF5E.
     for k in ["\u{ff5e}", "\u{e000}", "😀", "z", "A", ""] {
         store.insert(&t, &e("u", k, 0)).await.unwrap();
     }
     let keys = read_all(store, &t, "u", &RowRange::default(), 1000).await;
     assert_eq!(keys, ["", "A", "z", "😀", "\u{e000}", "\u{ff5e}"]);
+    let tail = RowRange { after: Some("z".into()), ..RowRange::default() };
+    assert_eq!(store.count_range(&t, "u", &tail).await.unwrap(), (3, Some("😀".into())));
     store.delete_table(&t).await.unwrap();
 }
 

@@ -273,6 +273,9 @@ impl TableStore for FaultStore {
     async fn scan(&self, table: &str, limit: usize, continuation: Option<&str>) -> StoreResult<Page> {
         self.run(OpKind::Scan, table, self.inner.scan(table, limit, continuation)).await
     }
+    async fn count_range(&self, table: &str, pk: &str, range: &RowRange) -> StoreResult<(u64, Option<String>)> {
+        self.run(OpKind::Query, table, self.inner.count_range(table, pk, range)).await
+    }
     async fn batch(&self, table: &str, pk: &str, ops: &[BatchOp]) -> StoreResult<Vec<Option<ETag>>> {
         self.run(OpKind::Batch, table, async {
             let r = self.inner.batch(table, pk, ops).await;

@@ -178,6 +178,20 @@ fn decode_props(text: &str) -> StoreResult<Properties> {
 
 // ---- table operations, as functions on a connection or transaction ----
 
+/// `SELECT {columns} FROM entities WHERE` table, partition and the range's bounds, with its
+/// arguments (the RowKey comparisons use the column's UTF-16 collation).
+fn range_query(columns: &str, table: String, partition_key: String, range: &RowRange) -> (String, Vec<String>) {
+    let mut sql = format!("SELECT {columns} FROM entities WHERE tbl = ?1 AND pk = ?2");
+    let mut args: Vec<String> = vec![table, partition_key];
+    for (op, bound) in [(">=", &range.from), (">", &range.after), ("<", &range.before), ("<=", &range.to)] {
+        if let Some(b) = bound {
+            args.push(b.clone());
+            sql.push_str(&format!(" AND rk {op} ?{}", args.len()));
+        }
+    }
+    (sql, args)
+}
+
 fn require_table(conn: &Connection, table: &str) -> StoreResult<()> {
     let found: Option<i64> =
         conn.query_row("SELECT 1 FROM tables WHERE name = ?1", [table], |r| r.get(0)).optional().map_err(db_err)?;
@@ -365,14 +379,7 @@ impl TableStore for LocalStore {
         let (t, pk) = (table.to_lowercase(), partition_key.to_string());
         self.with(move |c| {
             require_table(c, &t)?;
-            let mut sql = String::from("SELECT pk, rk, etag, props FROM entities WHERE tbl = ?1 AND pk = ?2");
-            let mut args: Vec<String> = vec![t, pk];
-            for (op, bound) in [(">=", &range.from), (">", &range.after), ("<", &range.before), ("<=", &range.to)] {
-                if let Some(b) = bound {
-                    args.push(b.clone());
-                    sql.push_str(&format!(" AND rk {op} ?{}", args.len()));
-                }
-            }
+            let (mut sql, args) = range_query("pk, rk, etag, props", t, pk, &range);
             sql.push_str(&format!(" ORDER BY rk LIMIT {}", limit + 1));
             let mut stmt = c.prepare_cached(&sql).map_err(db_err)?;
             let rows = stmt
@@ -381,6 +388,27 @@ impl TableStore for LocalStore {
                 .map(|r| r.map_err(db_err).and_then(build_entity))
                 .collect::<StoreResult<Vec<_>>>()?;
             Ok(page_from(rows, limit))
+        })
+        .await
+    }
+
+    async fn count_range(
+        &self,
+        table: &str,
+        partition_key: &str,
+        range: &RowRange,
+    ) -> StoreResult<(u64, Option<String>)> {
+        let (t, pk, range) = (table.to_lowercase(), partition_key.to_string(), range.clone());
+        self.with(move |c| {
+            require_table(c, &t)?;
+            let (count_sql, args) = range_query("COUNT(*)", t.clone(), pk.clone(), &range);
+            let params = rusqlite::params_from_iter(args.iter());
+            let count: i64 = c.query_row(&count_sql, params, |r| r.get(0)).map_err(db_err)?;
+            let (mut first_sql, args) = range_query("rk", t, pk, &range);
+            first_sql.push_str(" ORDER BY rk LIMIT 1");
+            let params = rusqlite::params_from_iter(args.iter());
+            let first: Option<String> = c.query_row(&first_sql, params, |r| r.get(0)).optional().map_err(db_err)?;
+            Ok((count.max(0) as u64, first))
         })
         .await
     }

@@ -275,26 +275,12 @@ impl Wal {
         Ok(self.store.query_partition(&self.table, SHARD, &range, limit, None).await?.entities)
     }
 
-    /// Number of pending entries (counts every page) and the oldest pending id.
+    /// Number of pending entries and the oldest pending id. Reads keys only (see
+    /// [`crate::store::TableStore::count_range`]): one request per 1,000 entries on Azure.
     pub async fn pending_stats(&self) -> Result<(u64, Option<WalId>)> {
         let range = RowRange { before: Some(PENDING_BEFORE.into()), ..RowRange::default() };
-        let mut count = 0u64;
-        let mut oldest = None;
-        let mut token: Option<String> = None;
-        loop {
-            let page = self
-                .store
-                .query_partition(&self.table, SHARD, &range, crate::store::MAX_PAGE, token.as_deref())
-                .await?;
-            if oldest.is_none() {
-                oldest = page.entities.first().map(|e| WalId::from_stored(e.row_key.clone()));
-            }
-            count += page.entities.len() as u64;
-            match page.continuation {
-                Some(t) => token = Some(t),
-                None => return Ok((count, oldest)),
-            }
-        }
+        let (count, first) = self.store.count_range(&self.table, SHARD, &range).await?;
+        Ok((count, first.map(WalId::from_stored)))
     }
 
     /// True while the entry is pending (logged and not yet applied).

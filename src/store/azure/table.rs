@@ -17,7 +17,8 @@ use super::entity::{
 use super::error::{http_status, map_error};
 use super::{check_table_name, AzureStore};
 use crate::store::{
-    validate_batch, BatchOp, ETag, Entity, IfMatch, Page, RowRange, StoreError, StoreResult, TableStore, MAX_PAGE,
+    count_pages, validate_batch, BatchOp, ETag, Entity, IfMatch, Page, RowRange, StoreError, StoreResult, TableStore,
+    MAX_PAGE,
 };
 
 /// True for the error code of a missing table (as opposed to a missing entity).
@@ -69,6 +70,7 @@ impl AzureStore {
         &self,
         table: &str,
         filter: Option<String>,
+        select: Option<&'static str>,
         limit: usize,
         continuation: Option<&str>,
         what: &str,
@@ -84,6 +86,9 @@ impl AzureStore {
                 let mut query = client.query().top(limit);
                 if let Some(f) = filter {
                     query = query.filter(f.clone());
+                }
+                if let Some(columns) = select {
+                    query = query.select(columns);
                 }
                 if let Some((next_pk, next_rk)) = resume {
                     query = query.initial_partition_key(next_pk.clone());
@@ -308,11 +313,26 @@ impl TableStore for AzureStore {
         continuation: Option<&str>,
     ) -> StoreResult<Page> {
         let filter = partition_filter(partition_key, range);
-        self.query_page(table, Some(filter), limit, continuation, "query partition").await
+        self.query_page(table, Some(filter), None, limit, continuation, "query partition").await
     }
 
     async fn scan(&self, table: &str, limit: usize, continuation: Option<&str>) -> StoreResult<Page> {
-        self.query_page(table, None, limit, continuation, "scan table").await
+        self.query_page(table, None, None, limit, continuation, "scan table").await
+    }
+
+    async fn count_range(
+        &self,
+        table: &str,
+        partition_key: &str,
+        range: &RowRange,
+    ) -> StoreResult<(u64, Option<String>)> {
+        let filter = partition_filter(partition_key, range);
+        let keys_only = Some("PartitionKey,RowKey");
+        count_pages(|token| {
+            let filter = Some(filter.clone());
+            async move { self.query_page(table, filter, keys_only, MAX_PAGE, token.as_deref(), "count").await }
+        })
+        .await
     }
 
     async fn batch(&self, table: &str, partition_key: &str, ops: &[BatchOp]) -> StoreResult<Vec<Option<ETag>>> {
