@@ -179,7 +179,7 @@ fn add_faults(f: &FaultStore, catalog_table: &str) {
 
 const FREEZE: Duration = Duration::from_millis(2000);
 
-/// What the auditor saw: scans done, rows observed, WAL-id regressions.
+/// What the auditor saw: scans done, WAL-id regressions.
 #[derive(Default)]
 struct Audit {
     scans: u64,
@@ -203,17 +203,18 @@ async fn audit(
             for e in rows {
                 let id = RowMeta::of(&e).wal_id;
                 let key = (e.partition_key.clone(), e.row_key.clone());
-                let shown = format!("seen {} {:?}", format_micros(now_micros()), e.properties);
+                let shown = || format!("seen {} {:?}", format_micros(now_micros()), e.properties);
                 match seen.get(&key) {
                     Some((prev, was)) if id < *prev => {
                         if reported.insert((key.clone(), id.clone())) {
+                            let now = shown();
                             out.regressions
-                                .push(format!("row {key:?}: WAL id went back from {prev} ({was}) to {id} ({shown})"))
+                                .push(format!("row {key:?}: WAL id went back from {prev} ({was}) to {id} ({now})"))
                         }
                     }
                     Some((prev, _)) if id == *prev => {}
                     _ => {
-                        seen.insert(key, (id, shown));
+                        seen.insert(key, (id, shown()));
                     }
                 }
             }
@@ -255,7 +256,7 @@ async fn check(backend: common::Backend, run: Run) {
         background.push(tokio::spawn(server::run_sweeper(c.clone(), sweep_every, stop_rx.clone())));
     }
 
-    let audit_period = Duration::from_millis(if backend == common::Backend::Local { 10 } else { 100 });
+    let audit_period = Duration::from_millis(if local { 10 } else { 100 });
     let auditor = tokio::spawn(audit(inner.clone(), names.table.clone(), audit_period, stop_rx.clone()));
 
     let clock = Arc::new(AtomicU64::new(1));

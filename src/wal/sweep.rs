@@ -59,8 +59,7 @@ impl Wal {
         let (pending, oldest) = self.pending_stats().await?;
         report.pending = pending;
         report.oldest_pending_age_ms = oldest.as_ref().and_then(age_ms);
-        let now = now_micros();
-        let grace_horizon = now - self.opts.tombstone_grace.as_micros() as i64;
+        let grace_horizon = now_micros() - self.opts.tombstone_grace.as_micros() as i64;
         let horizon = oldest.and_then(|o| o.micros()).map_or(grace_horizon, |o| o.min(grace_horizon));
         report.tombstones_removed = self.remove_tombstones(&format_micros(horizon), grace_horizon).await?;
         report.markers_removed = self.remove_markers().await?;
