@@ -698,6 +698,30 @@ async fn an_empty_page_with_a_token_is_returned_and_resumed() {
     assert!(resumed.contains("%24top=1000"), "{resumed}");
 }
 
+/// `count_range` asks for keys only (`$select`), follows continuations across an empty
+/// page, and reports the first RowKey of the range.
+#[tokio::test]
+async fn count_range_reads_keys_only_and_follows_continuations() {
+    let fake = FakeServer::start(|req: &Req| {
+        if req.target.contains("NextPartitionKey") {
+            let rows = [entity_json("p", "r1", 1, "W/\"a\""), entity_json("p", "r2", 2, "W/\"b\"")].join(",");
+            Reply::json(200, &format!("{{\"odata.metadata\":\"x\",\"value\":[{rows}]}}"))
+        } else {
+            Reply::json(200, r#"{"odata.metadata":"x","value":[]}"#)
+                .header("x-ms-continuation-NextPartitionKey", "1!4!cA--")
+                .header("x-ms-continuation-NextRowKey", "1!4!cg--")
+        }
+    })
+    .await;
+    let counted = fake.store().count_range("tbl", "p", &RowRange::default()).await.unwrap();
+    assert_eq!(counted, (2, Some("r1".to_string())));
+    let targets: Vec<String> = fake.requests().iter().map(|r| r.target.clone()).collect();
+    assert_eq!(targets.len(), 2, "{targets:?}");
+    for t in &targets {
+        assert!(t.contains("%24select=PartitionKey%2CRowKey"), "{t}");
+    }
+}
+
 /// The exact requests for a quoted key: quotes doubled in the address and in the filter,
 /// If-Match on replace and delete, Int64 annotated.
 #[tokio::test]
