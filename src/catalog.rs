@@ -14,7 +14,7 @@ use serde::Serialize;
 
 use crate::config::Names;
 use crate::error::{Error, Result};
-use crate::faults;
+use crate::hinter::Hinter;
 use crate::messages::{self, Message};
 use crate::query::{self, Filter, ResultPage};
 use crate::record::{self, Record};
@@ -109,6 +109,8 @@ pub struct Catalog {
     opts: CatalogOptions,
     /// Wakes an in-process queue worker when this process logged work.
     work: tokio::sync::Notify,
+    /// Sends apply-queue hints after the acknowledgement.
+    hints: Hinter,
 }
 
 impl std::fmt::Debug for Catalog {
@@ -125,7 +127,8 @@ impl Catalog {
         wal.init().await?;
         store.create_queue(&names.queue).await?;
         store.create_queue(&names.poison_queue).await?;
-        Ok(Catalog { store, wal, names, opts, work: tokio::sync::Notify::new() })
+        let hints = Hinter::new(store.clone(), names.queue.clone());
+        Ok(Catalog { store, wal, names, opts, work: tokio::sync::Notify::new(), hints })
     }
 
     /// The schema.
@@ -201,7 +204,7 @@ impl Catalog {
             Op::Delete { .. } => None,
         };
         let id = self.wal.append(vec![op]).await?.remove(0);
-        self.hint(&id).await?;
+        self.hint(&id);
         let applied = if wait { self.wait_applied(&id).await? } else { false };
         Ok(Written { id: id.to_string(), record, applied })
     }
@@ -228,7 +231,7 @@ impl Catalog {
             results[slot] = Ok(id.to_string());
         }
         if let Some(last) = ids.last() {
-            self.hint(last).await?;
+            self.hint(last);
             if wait {
                 self.wait_applied(last).await?;
             }
@@ -236,16 +239,12 @@ impl Catalog {
         Ok(results)
     }
 
-    /// Enqueues the hint for an entry. A failure is logged, not returned: the entry is
-    /// durable and the sweeper applies it.
-    async fn hint(&self, id: &WalId) -> Result<()> {
-        faults::point("before_enqueue")?;
-        let text = messages::encode(&messages::hint_json(SHARD, id.as_str()));
-        if let Err(e) = self.store.put_message(&self.names.queue, &text, Duration::ZERO).await {
-            tracing::warn!(wal_id = %id, error = %e, "could not enqueue the apply hint; the sweeper will apply the entry");
-        }
+    /// Asks for an apply hint for an entry (sent in the background, coalesced; see
+    /// [`crate::hinter`]) and wakes this process's queue worker. A lost hint only delays
+    /// the entry until the sweeper applies it.
+    fn hint(&self, id: &WalId) {
+        self.hints.hint(SHARD, id);
         self.work.notify_one();
-        Ok(())
     }
 
     /// Notified when this process enqueued work (lets an in-process worker skip polling).
@@ -369,7 +368,7 @@ impl Catalog {
         if let DrainOutcome::Partial { .. } = self.wal.apply_pending().await? {
             // Out of time with entries still pending: hand the rest to the next invocation.
             if let Some(cp) = self.wal.checkpoint().await? {
-                self.hint(&cp).await?;
+                self.hint(&cp);
             }
         }
         Ok(MessageOutcome::Applied { id })
