@@ -5,6 +5,7 @@
 //! timeout and pagination", learn.microsoft.com/rest/api/storageservices/query-timeout-and-pagination);
 //! the streams here keep following tokens until a page comes without one.
 
+use futures::stream::BoxStream;
 use futures::{Stream, StreamExt, TryStreamExt};
 
 use super::{Entity, Page, RowRange, StoreResult, TableStore};
@@ -17,8 +18,10 @@ pub fn pages<'a, S: TableStore + ?Sized>(
     partition_key: &'a str,
     range: &'a RowRange,
     page_size: usize,
-) -> impl Stream<Item = StoreResult<Page>> + Send + 'a {
-    follow(move |token| async move { store.query_partition(table, partition_key, range, page_size, token.as_deref()).await })
+) -> BoxStream<'a, StoreResult<Page>> {
+    follow(
+        move |token| async move { store.query_partition(table, partition_key, range, page_size, token.as_deref()).await },
+    )
 }
 
 /// The entities of a partition query, in RowKey order (see [`pages`]).
@@ -28,7 +31,7 @@ pub fn entities<'a, S: TableStore + ?Sized>(
     partition_key: &'a str,
     range: &'a RowRange,
     page_size: usize,
-) -> impl Stream<Item = StoreResult<Entity>> + Send + 'a {
+) -> BoxStream<'a, StoreResult<Entity>> {
     flatten(pages(store, table, partition_key, range, page_size))
 }
 
@@ -37,7 +40,7 @@ pub fn scan_pages<'a, S: TableStore + ?Sized>(
     store: &'a S,
     table: &'a str,
     page_size: usize,
-) -> impl Stream<Item = StoreResult<Page>> + Send + 'a {
+) -> BoxStream<'a, StoreResult<Page>> {
     follow(move |token| async move { store.scan(table, page_size, token.as_deref()).await })
 }
 
@@ -46,12 +49,12 @@ pub fn scan_entities<'a, S: TableStore + ?Sized>(
     store: &'a S,
     table: &'a str,
     page_size: usize,
-) -> impl Stream<Item = StoreResult<Entity>> + Send + 'a {
+) -> BoxStream<'a, StoreResult<Entity>> {
     flatten(scan_pages(store, table, page_size))
 }
 
 /// Pages from `fetch` (given the continuation token, `None` first) until one has no token.
-pub fn follow<'a, F, Fut>(fetch: F) -> impl Stream<Item = StoreResult<Page>> + Send + 'a
+pub fn follow<'a, F, Fut>(fetch: F) -> BoxStream<'a, StoreResult<Page>>
 where
     F: Fn(Option<String>) -> Fut + Send + 'a,
     Fut: std::future::Future<Output = StoreResult<Page>> + Send + 'a,
@@ -63,9 +66,10 @@ where
         let next = page.continuation.clone().map(Some);
         Ok(Some((page, (fetch, next))))
     })
+    .boxed()
 }
 
-fn flatten<'a>(pages: impl Stream<Item = StoreResult<Page>> + Send + 'a) -> impl Stream<Item = StoreResult<Entity>> + Send + 'a {
+fn flatten<'a>(pages: impl Stream<Item = StoreResult<Page>> + Send + 'a) -> BoxStream<'a, StoreResult<Entity>> {
     pages.map_ok(|p| futures::stream::iter(p.entities.into_iter().map(Ok))).try_flatten().boxed()
 }
 
@@ -80,13 +84,16 @@ mod tests {
         let s = LocalStore::in_memory().unwrap();
         s.create_table("pgtable").await.unwrap();
         for chunk in (0..250).collect::<Vec<_>>().chunks(100) {
-            let ops: Vec<BatchOp> = chunk.iter().map(|i| BatchOp::Insert(Entity::new("p", format!("{i:04}")))).collect();
+            let ops: Vec<BatchOp> =
+                chunk.iter().map(|i| BatchOp::Insert(Entity::new("p", format!("{i:04}")))).collect();
             s.batch("pgtable", "p", &ops).await.unwrap();
         }
         let range = RowRange::default();
-        let n: Vec<usize> = pages(&s, "pgtable", "p", &range, 100).map_ok(|p| p.entities.len()).try_collect().await.unwrap();
+        let n: Vec<usize> =
+            pages(&s, "pgtable", "p", &range, 100).map_ok(|p| p.entities.len()).try_collect().await.unwrap();
         assert_eq!(n, [100, 100, 50]);
-        let keys: Vec<String> = entities(&s, "pgtable", "p", &range, 7).map_ok(|e| e.row_key).try_collect().await.unwrap();
+        let keys: Vec<String> =
+            entities(&s, "pgtable", "p", &range, 7).map_ok(|e| e.row_key).try_collect().await.unwrap();
         assert_eq!(keys.len(), 250);
         assert!(keys.windows(2).all(|w| w[0] < w[1]));
         let all = scan_entities(&s, "pgtable", 1000).try_collect::<Vec<_>>().await.unwrap();

@@ -21,6 +21,7 @@ pub mod clock;
 pub mod entry;
 pub mod id;
 pub mod lease;
+pub mod row_cache;
 pub mod sweep;
 
 pub use entry::{Op, WalEntry};
@@ -31,9 +32,7 @@ use std::time::Duration;
 
 use crate::error::{Error, Result};
 use crate::schema::Schema;
-use crate::store::{
-    ETag, Entity, IfMatch, RowRange, Store, StoreError, Value,
-};
+use crate::store::{ETag, Entity, IfMatch, RowRange, Store, StoreError, Value};
 
 /// The single shard's PartitionKey. (The layout allows `wal-00`.. shards later.)
 pub const SHARD: &str = "wal";
@@ -97,6 +96,8 @@ pub struct Wal {
     pub(crate) apply_lock: tokio::sync::Mutex<()>,
     /// Group-commit appender and id clock of this process.
     appender: append::Appender,
+    /// Catalog rows this process last wrote or read (ETag, WAL id), for one-request updates.
+    pub(crate) rows: row_cache::RowCache,
 }
 
 impl std::fmt::Debug for Wal {
@@ -115,7 +116,17 @@ impl Wal {
         let owner = uuid::Uuid::new_v4().to_string();
         let clock = clock::Clock::new(&owner, opts.clock_skew_us);
         let appender = append::Appender::new(store.clone(), table.clone(), clock);
-        Wal { store, table, catalog_table, schema, opts, owner, apply_lock: tokio::sync::Mutex::new(()), appender }
+        Wal {
+            store,
+            table,
+            catalog_table,
+            schema,
+            opts,
+            owner,
+            apply_lock: tokio::sync::Mutex::new(()),
+            appender,
+            rows: row_cache::RowCache::default(),
+        }
     }
 
     /// Creates both tables and stores or checks the schema: a catalog opened with another
