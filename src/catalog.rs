@@ -69,6 +69,9 @@ pub enum WalState {
     Pending,
     /// Applied (not pending, and at or below the checkpoint).
     Applied,
+    /// Moved to the WAL's `dead` partition: it can never be applied (the reason is in
+    /// [`crate::wal::Wal::dead_reason`]).
+    Dead,
 }
 
 /// Health of the WAL and the queues.
@@ -253,12 +256,14 @@ impl Catalog {
     }
 
     /// Blocks until entry `id` is applied, applying it here when no other applier holds the
-    /// shard. [`Error::Timeout`] after [`CatalogOptions::wait_timeout`].
+    /// shard. [`Error::Timeout`] after [`CatalogOptions::wait_timeout`]: an apply pass run
+    /// here stops at its first page boundary past the deadline, so the wait ends within the
+    /// timeout plus the time to apply one page ([`crate::wal::apply::DRAIN_PAGE`] entries).
     pub async fn wait_applied(&self, id: &WalId) -> Result<bool> {
         let deadline = Instant::now() + self.opts.wait_timeout;
         let mut delay = Duration::from_millis(5);
         loop {
-            let _ = self.wal.apply_pending().await?;
+            let _ = self.wal.apply_pending_by(deadline.min(Instant::now() + self.opts.wal.apply_budget)).await?;
             if !self.wal.is_pending(id).await? {
                 return match self.wal.dead_reason(id).await? {
                     None => Ok(true),
@@ -298,12 +303,17 @@ impl Catalog {
             .collect())
     }
 
-    /// Whether a WAL entry is still pending. [`Error::NotFound`] for an id that is neither
-    /// pending nor at or below the checkpoint.
+    /// Where a WAL entry is: pending, applied or dead. The applier advances the checkpoint
+    /// before it removes applied entries, so an entry applied just before a crash is either
+    /// still pending (and applied again, idempotently) or at or below the checkpoint.
+    /// [`Error::NotFound`] for an id that is in none of these states.
     pub async fn wal_state(&self, id: &str) -> Result<WalState> {
         let id = WalId::parse(id).ok_or_else(|| Error::invalid(format!("'{id}' is not a WAL id")))?;
         if self.wal.is_pending(&id).await? {
             return Ok(WalState::Pending);
+        }
+        if self.wal.dead_reason(&id).await?.is_some() {
+            return Ok(WalState::Dead);
         }
         match self.wal.checkpoint().await? {
             Some(cp) if id <= cp => Ok(WalState::Applied),

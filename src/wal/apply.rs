@@ -61,21 +61,27 @@ enum RowWrite<'a> {
 /// Longest run of upserts applied together.
 const UPSERT_RUN: usize = 64;
 /// Pending entries read per request while draining (two groups of upserts).
-const DRAIN_PAGE: usize = 2 * UPSERT_RUN;
+pub const DRAIN_PAGE: usize = 2 * UPSERT_RUN;
 
 impl Wal {
-    /// Applies every pending entry, unless another applier holds the shard's lease.
+    /// Applies every pending entry, unless another applier holds the shard's lease; stops
+    /// at a page boundary after [`super::WalOptions::apply_budget`].
     pub async fn apply_pending(&self) -> Result<DrainOutcome> {
+        self.apply_pending_by(std::time::Instant::now() + self.opts.apply_budget).await
+    }
+
+    /// Like [`Wal::apply_pending`], but stops at the first page boundary past `deadline`
+    /// ([`DrainOutcome::Partial`]); a page is at most [`DRAIN_PAGE`] entries.
+    pub async fn apply_pending_by(&self, deadline: std::time::Instant) -> Result<DrainOutcome> {
         let Ok(_guard) = self.apply_lock.try_lock() else {
             return Ok(DrainOutcome::Busy);
         };
         let mut applied = 0;
-        let started = std::time::Instant::now();
         loop {
             let Some(mut lease) = self.acquire_lease().await? else {
                 return Ok(if applied > 0 { DrainOutcome::Drained { applied } } else { DrainOutcome::Busy });
             };
-            let result = self.drain(&mut lease, started).await;
+            let result = self.drain(&mut lease, deadline).await;
             self.release_lease(lease).await;
             match result? {
                 Some((n, false)) => applied += n,
@@ -93,7 +99,7 @@ impl Wal {
     /// when the lease was lost. Pages of [`DRAIN_PAGE`] entries are read one ahead while the
     /// current one is applied, so the first group starts after one short read and the
     /// reads overlap the writes.
-    async fn drain(&self, lease: &mut Lease, started: std::time::Instant) -> Result<Option<(usize, bool)>> {
+    async fn drain(&self, lease: &mut Lease, deadline: std::time::Instant) -> Result<Option<(usize, bool)>> {
         let mut applied = 0;
         let mut pages = self.prefetch_pending();
         loop {
@@ -118,7 +124,7 @@ impl Wal {
                 return Ok(None);
             }
             applied += page.len();
-            if started.elapsed() > self.opts.apply_budget {
+            if std::time::Instant::now() >= deadline {
                 return Ok(Some((applied, true)));
             }
         }

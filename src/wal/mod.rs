@@ -185,26 +185,31 @@ impl Wal {
             .and_then(|e| e.str("datetime").map(|s| WalId::from_stored(s.to_string()))))
     }
 
-    /// Moves the checkpoint forward to `id` (never backwards).
+    /// Moves the checkpoint forward to `id` (never backwards): read, then replace under the
+    /// ETag. A concurrent applier's move makes the swap fail with 412; it is retried with
+    /// capped exponential backoff and jitter (10 attempts, 2 ms to 200 ms), and a checkpoint
+    /// found at or past `id` ends it.
     pub async fn advance_checkpoint(&self, id: &WalId) -> Result<()> {
-        loop {
+        use backon::{ExponentialBuilder, Retryable};
+        let attempt = || async {
             let cur = self.store.get(&self.table, METADATA, "checkpoint").await?;
             let e = Entity::new(METADATA, "checkpoint").with("datetime", Value::String(id.to_string()));
             let r = match &cur {
                 Some(c) if c.str("datetime").is_some_and(|d| d >= id.as_str()) => return Ok(()),
                 Some(c) => {
-                    self.store
-                        .replace(&self.table, &e, &IfMatch::Etag(c.etag.clone().unwrap_or(ETag(String::new()))))
-                        .await
+                    let tag = c.etag.clone().unwrap_or(ETag(String::new()));
+                    self.store.replace(&self.table, &e, &IfMatch::Etag(tag)).await
                 }
                 None => self.store.insert(&self.table, &e).await,
             };
-            match r {
-                Ok(_) => return Ok(()),
-                Err(e) if is_conflict(&e) => continue,
-                Err(e) => return Err(e.into()),
-            }
-        }
+            r.map(|_| ())
+        };
+        let backoff = ExponentialBuilder::default()
+            .with_min_delay(Duration::from_millis(2))
+            .with_max_delay(Duration::from_millis(200))
+            .with_max_times(10)
+            .with_jitter();
+        Ok(attempt.retry(backoff).when(is_conflict).await?)
     }
 
     /// Why entry `id` was moved to the dead partition, if it was.
