@@ -77,3 +77,29 @@ async fn concurrent_appends_get_distinct_ids_in_acknowledgement_order() {
         assert_eq!(a.status().await.unwrap().pending, 0);
     }
 }
+
+#[tokio::test]
+async fn the_sweeper_prunes_clock_rows_of_processes_long_gone_but_never_the_maximum() {
+    use table_catalog::store::{Entity, Value};
+    for backend in common::backends() {
+        let store = common::store(backend);
+        let names = Names::new(&common::unique_name("alloc"), None, None).unwrap();
+        let c = open(store.clone(), &names, 0).await;
+        c.upsert(rec(1), false).await.unwrap();
+        let hour_ago = table_catalog::wal::id::now_micros() - 2 * 3600 * 1_000_000;
+        let gone = |row: &str, last: i64| {
+            Entity::new("metadata", row).with("last", Value::Int64(last)).with("at", Value::Int64(hour_ago))
+        };
+        // An old process with a small high-water mark, and one whose mark is the largest.
+        store.upsert(&names.wal_table, &gone("clock-old", 1)).await.unwrap();
+        let tomorrow = table_catalog::wal::id::now_micros() + 24 * 3600 * 1_000_000;
+        store.upsert(&names.wal_table, &gone("clock-max", tomorrow)).await.unwrap();
+        let report = c.sweep().await.unwrap();
+        assert_eq!(report.clocks_removed, 1, "{backend:?}: {report:?}");
+        assert!(store.get(&names.wal_table, "metadata", "clock-old").await.unwrap().is_none());
+        assert!(store.get(&names.wal_table, "metadata", "clock-max").await.unwrap().is_some(), "the maximum stays");
+        // Ids keep going above it.
+        let id = c.upsert(rec(2), false).await.unwrap().id;
+        assert!(WalId::parse(&id).unwrap().micros().unwrap() > tomorrow, "{backend:?}: {id}");
+    }
+}

@@ -95,7 +95,7 @@ pub struct Wal {
     /// One applier per process at a time.
     pub(crate) apply_lock: tokio::sync::Mutex<()>,
     /// Group-commit appender and id clock of this process.
-    appender: append::Appender,
+    pub(crate) appender: append::Appender,
     /// Catalog rows this process last wrote or read (ETag, WAL id), for one-request updates.
     pub(crate) rows: row_cache::RowCache,
 }
