@@ -8,8 +8,10 @@
 //!   (`source scripts/azurite.sh start`): the shared conformance suite, every tricky key in
 //!   every operation, ETags, paging over 2,500 entities, batches, queues.
 //!
-//! Without `TC_TEST_AZURE_CONNECTION` the Azurite tests print that they are skipped and
-//! pass, except when `CI` is set: then they fail, so CI never skips them silently.
+//! Without `TC_TEST_AZURE_CONNECTION` the Azurite tests print a `SKIPPED:` line (see
+//! `tests/common/skip.rs`; `scripts/test.sh` fails on it), and fail under `CI`.
+
+mod common;
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
@@ -26,23 +28,10 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 // Setup
 // ---------------------------------------------------------------------------------------
 
-const ENV: &str = "TC_TEST_AZURE_CONNECTION";
-
-/// The Azurite store, or `None` (test skipped) when `TC_TEST_AZURE_CONNECTION` is unset
-/// outside CI.
+/// The Azurite store, or `None` after reporting `test` as skipped (see `common::skip`).
 fn azurite(test: &str) -> Option<AzureStore> {
-    match std::env::var(ENV) {
-        Ok(s) if !s.trim().is_empty() => {
-            Some(AzureStore::from_connection_string(&s).unwrap_or_else(|e| panic!("{ENV} is invalid: {e}")))
-        }
-        _ if std::env::var_os("CI").is_some() => {
-            panic!("{ENV} is not set but CI is: start Azurite with `source scripts/azurite.sh start` (test {test})")
-        }
-        _ => {
-            eprintln!("test {test} skipped: {ENV} is not set (run `source scripts/azurite.sh start` first)");
-            None
-        }
-    }
+    let cs = common::skip::azurite(test)?;
+    Some(AzureStore::from_connection_string(&cs).unwrap_or_else(|e| panic!("TC_TEST_AZURE_CONNECTION is invalid: {e}")))
 }
 
 macro_rules! store_or_skip {

@@ -1,7 +1,7 @@
 //! The Azure Functions deployment package built by `scripts/package.sh`.
 //!
-//! Runs only with `TC_TEST_PACKAGE=1` (it makes a release build); otherwise it prints that it
-//! was skipped. Checks the zip layout the host expects (host.json, the executable and one
+//! Runs only with `TC_TEST_PACKAGE=1` (`scripts/test.sh` sets it); otherwise it prints a
+//! `SKIPPED:` line (see `tests/common/skip.rs`; `scripts/test.sh` fails on it). Checks the zip layout the host expects (host.json, the executable and one
 //! folder per function at the zip root, modes kept), then extracts the zip and starts the
 //! packaged binary the way the Functions host does: `table-catalog handler` in the app root
 //! with `FUNCTIONS_CUSTOMHANDLER_PORT` set, polling `GET /` every 25 ms until any HTTP
@@ -10,6 +10,8 @@
 //! Storage: with `TC_TEST_AZURE_CONNECTION` (Azurite, `scripts/azurite.sh`) the handler gets
 //! that connection string and a catalog name unique to the run; without it, no connection
 //! string at all and a temporary `TABLE_CATALOG_LOCAL_PATH`.
+
+mod common;
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -129,7 +131,10 @@ fn log_tail(path: &Path) -> String {
 #[test]
 fn package_has_the_host_layout_and_the_binary_starts_in_handler_mode() {
     if std::env::var("TC_TEST_PACKAGE").ok().as_deref() != Some("1") {
-        println!("skipped: set TC_TEST_PACKAGE=1 to build the Functions package (release build) and check it");
+        common::skip::skipped(
+            "package_has_the_host_layout_and_the_binary_starts_in_handler_mode",
+            "TC_TEST_PACKAGE is not 1 (set it to build the Functions package and check it)",
+        );
         return;
     }
     let out = tempfile::tempdir().unwrap();

@@ -545,17 +545,8 @@ impl Drop for Harness {
     }
 }
 
-/// The Azurite connection string, or `None` (with a note) when the run has none. Under `CI`
-/// a missing Azurite is an error, never a silent skip.
+/// The Azurite connection string, or `None` after reporting the running test as skipped
+/// (see `tests/common/skip.rs`; under `CI` a missing Azurite is a failure).
 pub fn azurite() -> Option<String> {
-    match std::env::var("TC_TEST_AZURE_CONNECTION") {
-        Ok(cs) if !cs.trim().is_empty() => Some(cs),
-        _ if std::env::var_os("CI").is_some() => {
-            panic!("CI is set but TC_TEST_AZURE_CONNECTION is not: run scripts/test.sh (or source scripts/azurite.sh start)")
-        }
-        _ => {
-            eprintln!("note: TC_TEST_AZURE_CONNECTION unset; the Functions harness tests need Azurite and are skipped (source scripts/azurite.sh start)");
-            None
-        }
-    }
+    crate::common::skip::azurite(&crate::common::skip::current_test())
 }
