@@ -50,9 +50,11 @@ pub async fn run(cli: Cli) -> Result<ExitCode> {
                 import_file(&catalog, &file, None, import::DEFAULT_BATCH, false, Acks::Silent).await?;
             }
             let listener = tokio::net::TcpListener::bind(&listen).await.with_context(|| format!("binding {listen}"))?;
+            // The bound address, so `--listen 127.0.0.1:0` reports the port it got.
+            let address = listener.local_addr().map_or(listen, |a| a.to_string());
             let names = catalog.names();
-            tracing::info!(address = %listen, table = %names.table, wal = %names.wal_table, queue = %names.queue, backend = ?config.backend, "serving");
-            eprintln!("table-catalog listening on http://{listen} (catalog '{}'); Ctrl-C to stop", names.table);
+            tracing::info!(%address, table = %names.table, wal = %names.wal_table, queue = %names.queue, backend = ?config.backend, "serving");
+            eprintln!("table-catalog listening on http://{address} (catalog '{}'); Ctrl-C to stop", names.table);
             let opts =
                 ServeOptions { sweep_interval: Duration::from_secs(sweep_interval.max(1)), ..ServeOptions::default() };
             server::serve(catalog, listener, opts, server::shutdown_signal()).await?;

@@ -67,7 +67,7 @@ pub enum DurabilityArg {
 pub enum Command {
     /// Run the whole system: HTTP API, queue worker and sweeper.
     Serve {
-        /// Address to listen on.
+        /// Address to listen on (port 0: any free port; the bound address is printed on stderr).
         #[arg(long, env = "TABLE_CATALOG_LISTEN", default_value = "127.0.0.1:7071")]
         listen: String,
         /// Import this file (CSV or JSON lines) before serving.
