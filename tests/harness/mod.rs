@@ -163,6 +163,9 @@ pub struct HarnessOptions {
     pub echo: bool,
     /// Upper bound of one invocation (the host's is functionTimeout + 1 min).
     pub invocation_timeout: Duration,
+    /// Seed of the queue listener's polling jitter (`TC_HARNESS_SEED`, default 20261121);
+    /// printed with the diagnostics when a test fails.
+    pub seed: u64,
 }
 
 impl HarnessOptions {
@@ -179,6 +182,7 @@ impl HarnessOptions {
             rust_log: "info".into(),
             echo: std::env::var_os("TC_HARNESS_ECHO").is_some(),
             invocation_timeout: Duration::from_secs(120),
+            seed: std::env::var("TC_HARNESS_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(20261121),
         }
     }
 }
@@ -311,6 +315,7 @@ impl Harness {
             port,
             invocation_timeout,
             shared.clone(),
+            options.seed,
         ));
         let poison_queue = listener.poison_queue().expect("apply queue has a poison queue");
 
@@ -540,7 +545,13 @@ impl Drop for Harness {
             t.abort();
         }
         if std::thread::panicking() {
-            eprintln!("=== harness diagnostics ({}) ===\n{}", self.options.catalog_name, self.diagnostics());
+            eprintln!(
+                "=== harness diagnostics ({}, seed {}: TC_HARNESS_SEED={} reproduces the jitter) ===\n{}",
+                self.options.catalog_name,
+                self.options.seed,
+                self.options.seed,
+                self.diagnostics()
+            );
         }
     }
 }
