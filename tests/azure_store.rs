@@ -531,10 +531,9 @@ fn entity_json(pk: &str, rk: &str, n: i32, etag: &str) -> String {
 async fn a_500_fails_fast_after_bounded_retries() {
     let fake = FakeServer::start(|_: &Req| Reply::status(500)).await;
     let store = fake.store();
-    let started = Instant::now();
     let err = store.get("tbl", "p", "r").await.unwrap_err();
     assert!(matches!(err, StoreError::Unavailable(ref m) if m.contains("500")), "{err:?}");
-    assert!(started.elapsed() < Duration::from_secs(1), "took {:?}", started.elapsed());
+    // Bounded by the attempt count, not by a timed assertion (a loaded machine is slow).
     assert_eq!(fake.requests().len(), 4, "4 attempts in total");
     // With the default policy the same is bounded too (4 attempts, < 5 s of backoff).
     assert_eq!(RetryPolicy::default().max_attempts, 4);
@@ -572,7 +571,10 @@ async fn a_hung_request_times_out() {
     let started = Instant::now();
     let err = store.get("tbl", "p", "r").await.unwrap_err();
     assert!(matches!(err, StoreError::Unavailable(ref m) if m.contains("no response")), "{err:?}");
-    assert!(started.elapsed() < Duration::from_secs(2), "took {:?}", started.elapsed());
+    assert_eq!(fake.requests().len(), 2, "each attempt timed out, then the policy stopped");
+    // The server hangs for an hour: returning at all shows the timeout; the bound is loose
+    // so that a loaded machine does not fail it.
+    assert!(started.elapsed() < Duration::from_secs(60), "took {:?}", started.elapsed());
 }
 
 /// The server commits the insert but the connection drops before the answer; the retry

@@ -262,7 +262,6 @@ impl Harness {
         };
 
         let name = options.catalog_name.clone();
-        let port = process::free_port();
         let worker_id = uuid::Uuid::new_v4().to_string();
         let mut env = app.local_values.clone();
         env.insert(settings::WEBJOBS_STORAGE.into(), options.connection_string.clone());
@@ -272,9 +271,7 @@ impl Harness {
         env.insert(settings::QUEUE.into(), format!("{}-apply", name.to_lowercase()));
         env.insert(settings::INDEX_KEYS.into(), options.index_keys.clone());
         env.insert(settings::ROW_KEY.into(), options.row_key.clone());
-        // Set by the host for the worker process.
-        env.insert(settings::CUSTOMHANDLER_PORT.into(), port.to_string());
-        env.insert("FUNCTIONS_HTTPWORKER_PORT".into(), port.to_string());
+        // Set by the host for the worker process (the ports below).
         env.insert("FUNCTIONS_CUSTOMHANDLER_WORKER_ID".into(), worker_id.clone());
         env.insert("FUNCTIONS_HTTPWORKER_ID".into(), worker_id);
         env.insert("FUNCTIONS_APP_ROOT_PATH".into(), root.display().to_string());
@@ -282,9 +279,18 @@ impl Harness {
         env.insert("RUST_LOG".into(), options.rust_log.clone());
 
         let exe = Path::new(env!("CARGO_BIN_EXE_table-catalog"));
-        let handler = match HandlerProcess::start(&app, exe, &env, port, options.echo).await {
-            Ok(h) => h,
-            Err(e) => panic!("starting the custom handler: {e}"),
+        let mut attempts = 0;
+        let (handler, port) = loop {
+            let port = process::free_port();
+            env.insert(settings::CUSTOMHANDLER_PORT.into(), port.to_string());
+            env.insert("FUNCTIONS_HTTPWORKER_PORT".into(), port.to_string());
+            match HandlerProcess::start(&app, exe, &env, port, options.echo).await {
+                Ok(h) => break (h, port),
+                // Like the host, the harness hands over a port it found free; another process
+                // can take it before the handler binds it. Then pick another.
+                Err(e) if attempts < 3 && e.contains(&format!("binding 127.0.0.1:{port}")) => attempts += 1,
+                Err(e) => panic!("starting the custom handler: {e}"),
+            }
         };
 
         let apply = app.only("queue");
