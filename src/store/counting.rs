@@ -298,6 +298,36 @@ mod tests {
         assert_eq!(delta.by_op[&OpKind::DeleteMessage].outcomes[&Outcome::Precondition], 1);
     }
 
+    #[tokio::test]
+    async fn status_reports_the_requests_of_a_catalog_opened_by_config() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = crate::Config::new("counted").local_path(dir.path()).index_keys(["icao", "iata"]).row_key("name");
+        let catalog = config.open().await.unwrap();
+        let opened = catalog.status().await.unwrap().requests.expect("Config::open counts requests");
+        assert!(opened.op(OpKind::CreateTable) >= 2, "{opened:?}");
+        let record = serde_json::json!({"icao": "KJFK", "iata": "JFK", "name": "Kennedy"});
+        let serde_json::Value::Object(record) = record else { unreachable!() };
+        catalog.upsert(record, true).await.unwrap();
+        let after = catalog.status().await.unwrap().requests.unwrap();
+        let write = after.since(&opened);
+        // The WAL entry, then two index rows, whatever else the write and the status read did.
+        assert!(write.op(OpKind::Insert) >= 3, "{write:?}");
+        assert_eq!(write.op(OpKind::PutMessage), 1, "one apply hint");
+        let json = serde_json::to_value(catalog.status().await.unwrap()).unwrap();
+        assert!(json["requests"]["by_op"]["put_message"]["ok"].as_u64() == Some(1), "{json}");
+    }
+
+    #[tokio::test]
+    async fn status_leaves_requests_out_without_counters() {
+        let store: Arc<dyn Store> = Arc::new(LocalStore::in_memory().unwrap());
+        let names = crate::config::Names::new("plain", None, None).unwrap();
+        let schema = crate::schema::Schema::new(vec!["icao".into()], "name").unwrap();
+        let catalog = crate::Catalog::open(store, names, schema, Default::default()).await.unwrap();
+        let status = catalog.status().await.unwrap();
+        assert_eq!(status.requests, None);
+        assert!(serde_json::to_value(status).unwrap().get("requests").is_none());
+    }
+
     #[test]
     fn the_snapshot_serialises_flat_per_operation() {
         let counts = RequestCounts::new();
