@@ -401,11 +401,11 @@ fn markdown(args: &SimArgs, runs: &[RunReport]) -> String {
         args.updates * 100.0,
         args.seed
     ));
-    s.push_str("| instances | acked writes/s | failed writes | ack p50 / p99 ms | visibility lag p50 / p99 ms | not applied after drain | storage requests / write (table + queue) | 503s from the simulator (gave up) |\n");
-    s.push_str("|---|---|---|---|---|---|---|---|\n");
+    s.push_str("| instances | acked writes/s | failed writes | ack p50 / p99 ms | visibility lag p50 / p99 ms | not applied after drain | drain s | storage requests / write (table + queue) | 503s from the simulator (gave up) |\n");
+    s.push_str("|---|---|---|---|---|---|---|---|---|\n");
     for r in runs {
         s.push_str(&format!(
-            "| {} | **{:.0}** | {} | {} / {} | {} / {} | {} | **{:.2}** ({:.2} + {:.2}) | {} ({}) |\n",
+            "| {} | **{:.0}** | {} | {} / {} | {} / {} | {} | {:.1} | **{:.2}** ({:.2} + {:.2}) | {} ({}) |\n",
             r.instances,
             r.acked as f64 / r.seconds,
             r.failures.values().sum::<u64>(),
@@ -414,6 +414,7 @@ fn markdown(args: &SimArgs, runs: &[RunReport]) -> String {
             f1(percentile(&r.lag, 0.5)),
             f1(percentile(&r.lag, 0.99)),
             r.not_applied,
+            r.drain_secs,
             r.per_write(r.requests.total),
             r.per_write(r.requests.table),
             r.per_write(r.requests.queue),
