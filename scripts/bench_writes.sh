@@ -41,14 +41,20 @@ cleanup() {
 trap cleanup EXIT
 
 # --- builds ------------------------------------------------------------------------------------
-log "building $ref ($old_sha) in a temporary folder"
-mkdir -p "$old_tree"
-git archive "$old_sha" | tar -x -C "$old_tree"
-(cd "$old_tree" && CARGO_TARGET_DIR="$target_dir" cargo build --release --quiet)
-cp "$target_dir/release/table-catalog" "$work/old"
+# Both builds share the target dir (dependencies build once). Cargo keys a package's build by
+# name and version, not by folder, so the old tree gets another version: otherwise cargo would
+# take it for the working tree's build and hand back the same binary.
 log "building the working tree"
 cargo build --release --quiet
 cp "$target_dir/release/table-catalog" "$work/new"
+log "building $ref ($old_sha) in a temporary folder"
+mkdir -p "$old_tree"
+git archive "$old_sha" | tar -x -C "$old_tree"
+sed -i '0,/^version = .*/s//version = "0.0.0-bench-old"/' "$old_tree/Cargo.toml"
+(cd "$old_tree" && CARGO_TARGET_DIR="$target_dir" cargo build --release --quiet)
+cp "$target_dir/release/table-catalog" "$work/old"
+"$work/old" --version | grep -q bench-old || { echo "bench_writes.sh: the old build did not produce the old binary" >&2; exit 1; }
+cargo build --release --quiet # puts the working tree's binary back in place for other scripts
 new_sha="$(git rev-parse --short=12 HEAD)"
 if [ -n "$(git status --porcelain --untracked-files=no)" ]; then new_sha="$new_sha (+ uncommitted changes)"; fi
 
