@@ -8,9 +8,10 @@
 //!   method. On Azure that is one REST request, except that the Azure backend retries
 //!   transient failures inside one call (`src/store/azure/retry.rs`, up to 4 attempts) and
 //!   `count_range` pages 1,000 keys per request: both count once here;
-//! - an entity group transaction counts as **one** request (Azure bills and counts it as one
-//!   transaction, learn.microsoft.com/rest/api/storageservices/performing-entity-group-transactions);
-//!   the entities in it are counted separately, in [`RequestSnapshot::batch_entities`];
+//! - an entity group transaction counts as **one** request: it is one REST call, a
+//!   `POST /$batch` carrying up to 100 operations on one partition
+//!   (learn.microsoft.com/rest/api/storageservices/performing-entity-group-transactions); the
+//!   entities in it are counted separately, in [`RequestSnapshot::batch_entities`];
 //! - a point read that finds nothing is `ok` (the traits return absence as `Ok(None)`).
 //!
 //! Cost: two relaxed atomic increments per call (one for a non-batch call); no lock.
