@@ -19,6 +19,7 @@ use crate::messages::{self, Message};
 use crate::query::{self, Filter, ResultPage};
 use crate::record::{self, Record};
 use crate::schema::Schema;
+use crate::store::counting::{RequestCounts, RequestSnapshot};
 use crate::store::{Store, StoreError, MAX_PAGE};
 use crate::wal::apply::DrainOutcome;
 use crate::wal::sweep::{age_ms, SweepReport};
@@ -87,6 +88,11 @@ pub struct Status {
     pub poison: u64,
     /// WAL entries that could not be applied (see the WAL's `dead` partition).
     pub dead: u64,
+    /// Storage requests this process has made since it opened its store, by operation and
+    /// outcome (see [`crate::store::counting`]). Present when the catalog was given its
+    /// store's counters ([`Catalog::with_request_counts`]; [`crate::Config::open`] does).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub requests: Option<RequestSnapshot>,
 }
 
 /// What handling one apply-queue message did.
@@ -114,6 +120,8 @@ pub struct Catalog {
     work: tokio::sync::Notify,
     /// Sends apply-queue hints after the acknowledgement.
     hints: Hinter,
+    /// Counters of the store's requests, reported by `status`.
+    requests: Option<Arc<RequestCounts>>,
 }
 
 impl std::fmt::Debug for Catalog {
@@ -131,7 +139,14 @@ impl Catalog {
         store.create_queue(&names.queue).await?;
         store.create_queue(&names.poison_queue).await?;
         let hints = Hinter::new(store.clone(), names.queue.clone());
-        Ok(Catalog { store, wal, names, opts, work: tokio::sync::Notify::new(), hints })
+        Ok(Catalog { store, wal, names, opts, work: tokio::sync::Notify::new(), hints, requests: None })
+    }
+
+    /// Reports `counts` in [`Catalog::status`] (builder style). Pass the counters of the
+    /// [`crate::store::counting::CountingStore`] this catalog's store is (or wraps).
+    pub fn with_request_counts(mut self, counts: Arc<RequestCounts>) -> Catalog {
+        self.requests = Some(counts);
+        self
     }
 
     /// The schema.
@@ -326,7 +341,8 @@ impl Catalog {
         self.wal.apply_pending().await
     }
 
-    /// Pending entries, oldest pending age, checkpoint, poison and dead counts.
+    /// Pending entries, oldest pending age, checkpoint, poison and dead counts, and the
+    /// request counts when the catalog has them.
     pub async fn status(&self) -> Result<Status> {
         let (pending, oldest) = self.wal.pending_stats().await?;
         Ok(Status {
@@ -335,6 +351,7 @@ impl Catalog {
             checkpoint: self.wal.checkpoint().await?.map(|c| c.to_string()),
             poison: self.store.approximate_count(&self.names.poison_queue).await?,
             dead: self.wal.dead_count().await?,
+            requests: self.requests.as_ref().map(|c| c.snapshot()),
         })
     }
 

@@ -21,6 +21,7 @@ use crate::error::{Error, Result};
 use crate::schema::Schema;
 use crate::settings;
 use crate::store::azure::AzureStore;
+use crate::store::counting::{CountingStore, RequestCounts};
 use crate::store::local::{Durability, LocalStore};
 use crate::store::{Store, Value};
 use crate::wal::METADATA;
@@ -187,12 +188,21 @@ impl Config {
         Names::new(&self.name, self.wal_name.as_deref(), self.queue.as_deref())
     }
 
-    /// Connects to the configured backend.
+    /// Connects to the configured backend, wrapped in a [`CountingStore`] (two relaxed
+    /// atomic increments per request).
     pub fn open_store(&self) -> Result<Arc<dyn Store>> {
-        Ok(match &self.backend {
+        Ok(self.open_counted_store()?.0)
+    }
+
+    /// [`Config::open_store`], also returning the store's request counters.
+    pub fn open_counted_store(&self) -> Result<(Arc<dyn Store>, Arc<RequestCounts>)> {
+        let inner: Arc<dyn Store> = match &self.backend {
             Backend::Local(path) => Arc::new(LocalStore::open(path, self.durability)?),
             Backend::Azure(cs) => Arc::new(AzureStore::from_connection_string(cs)?),
-        })
+        };
+        let store = CountingStore::new(inner);
+        let counts = store.counts().clone();
+        Ok((Arc::new(store), counts))
     }
 
     /// The schema: from the configuration, or the one stored in the catalog when the
@@ -232,9 +242,9 @@ impl Config {
     /// Connects and opens the catalog (creating tables and queues as needed).
     pub async fn open(&self) -> Result<Catalog> {
         let names = self.names()?;
-        let store = self.open_store()?;
+        let (store, counts) = self.open_counted_store()?;
         let schema = self.resolve_schema(&store, &names).await?;
-        Catalog::open(store, names, schema, self.options.clone()).await
+        Ok(Catalog::open(store, names, schema, self.options.clone()).await?.with_request_counts(counts))
     }
 }
 

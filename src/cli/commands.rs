@@ -20,7 +20,8 @@ use super::{Cli, Command, FormatArg};
 pub async fn run(cli: Cli) -> Result<ExitCode> {
     let config = cli.catalog.config();
     let command = match cli.command {
-        // `bench` talks to a running server over HTTP; it opens no catalog.
+        // `bench` opens no catalog of the configuration: it talks to running servers over
+        // HTTP, or (`bench sim`) opens its own on a simulated store.
         Command::Bench(args) => {
             super::bench::run(args).await?;
             return Ok(ExitCode::SUCCESS);

@@ -145,7 +145,8 @@ pub enum Command {
     Sweep,
     /// Walk the whole catalog table and check that every record's index rows agree.
     Verify,
-    /// Measure lookup latency against a running server (see docs/BENCHMARKS.md).
+    /// Benchmarks: lookups and writes against running servers, a simulated-Azure scale-out run
+    /// (see docs/BENCHMARKS.md).
     Bench(bench::BenchArgs),
 }
 

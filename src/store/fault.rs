@@ -19,50 +19,11 @@ use std::time::Duration;
 use async_trait::async_trait;
 use rand::{Rng, SeedableRng};
 
+pub use super::op::OpKind;
 use super::{
     BatchOp, ETag, Entity, IfMatch, Page, QueueStore, ReceivedMessage, RowRange, Store, StoreError, StoreResult,
     TableStore,
 };
-
-/// The storage operations, for matching.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[allow(missing_docs)]
-pub enum OpKind {
-    CreateTable,
-    DeleteTable,
-    Get,
-    Insert,
-    Upsert,
-    Replace,
-    Delete,
-    Query,
-    Scan,
-    Batch,
-    CreateQueue,
-    DeleteQueue,
-    PutMessage,
-    Receive,
-    DeleteMessage,
-    ReleaseMessage,
-    Count,
-}
-
-impl OpKind {
-    /// True for operations that change state.
-    pub fn is_write(self) -> bool {
-        matches!(
-            self,
-            OpKind::Insert
-                | OpKind::Upsert
-                | OpKind::Replace
-                | OpKind::Delete
-                | OpKind::Batch
-                | OpKind::PutMessage
-                | OpKind::DeleteMessage
-                | OpKind::ReleaseMessage
-        )
-    }
-}
 
 /// What happens to a matched call.
 #[derive(Debug, Clone)]

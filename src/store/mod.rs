@@ -18,12 +18,17 @@
 
 pub mod azure;
 pub mod conformance;
+pub mod counting;
 #[cfg(feature = "fault-injection")]
 pub mod fault;
+pub mod layer;
 pub mod local;
+pub mod op;
 pub mod pager;
+pub mod sim;
 pub mod value;
 
+pub use op::OpKind;
 pub use value::{Entity, Properties, Value};
 
 use std::time::Duration;

@@ -1,5 +1,5 @@
-//! `bench lookups`: latency of lookups by one identifier against a running server.
-//! Numbers go to docs/BENCHMARKS.md; nothing here asserts on time.
+//! `bench lookups` (also plain `bench`): latency of lookups by one identifier against a
+//! running server. Numbers go to docs/BENCHMARKS.md; nothing here asserts on time.
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -12,8 +12,11 @@ use rand::SeedableRng;
 use table_catalog::import::{self, Format};
 use table_catalog::schema::Schema;
 
+use super::percentile;
+
+/// Lookups by one identifier over HTTP.
 #[derive(Debug, Args)]
-pub struct BenchArgs {
+pub struct LookupArgs {
     /// Base URL of a running `serve` (or handler).
     #[arg(long, default_value = "http://127.0.0.1:7071")]
     url: String,
@@ -34,12 +37,7 @@ pub struct BenchArgs {
     seed: u64,
 }
 
-fn percentile(sorted: &[Duration], p: f64) -> f64 {
-    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted.get(i).map_or(0.0, |d| d.as_secs_f64() * 1000.0)
-}
-
-pub async fn run(args: BenchArgs) -> Result<()> {
+pub async fn run(args: LookupArgs) -> Result<()> {
     let schema = Schema::new(vec![args.field.clone()], "_unused_")?;
     // Streams the file on a blocking thread and keeps only the looked-up values.
     let (file, field) = (args.file.clone(), args.field.clone());

@@ -1,0 +1,56 @@
+//! `bench`: load generators and measurements. Numbers go to docs/BENCHMARKS.md; nothing here
+//! asserts on time.
+//!
+//! - `bench lookups` (or plain `bench` with its flags): lookup latency against a running server;
+//! - `bench writes`: single-record writes over HTTP against one or more running servers;
+//! - `bench sim`: N catalog instances in one process on a simulated Azure account.
+
+mod lookups;
+mod sim;
+mod writes;
+
+use std::time::Duration;
+
+use anyhow::Result;
+use clap::{Args, Subcommand};
+
+/// Arguments of `bench`: a subcommand, or the flags of `bench lookups` (the original form).
+#[derive(Debug, Args)]
+#[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
+pub struct BenchArgs {
+    #[command(subcommand)]
+    command: Option<BenchCommand>,
+    #[command(flatten)]
+    lookups: Option<lookups::LookupArgs>,
+}
+
+#[derive(Debug, Subcommand)]
+enum BenchCommand {
+    /// Latency of lookups by one identifier against a running server.
+    Lookups(lookups::LookupArgs),
+    /// Single-record upserts over HTTP against running servers: acknowledged writes/s and
+    /// acknowledgement latency.
+    Writes(writes::WriteArgs),
+    /// N catalog instances in this process on one embedded store behind a simulated Azure
+    /// account (latency, 503 ServerBusy at the scalability targets): writes/s, visibility lag,
+    /// storage requests per write.
+    Sim(sim::SimArgs),
+}
+
+/// Runs the benchmark.
+pub async fn run(args: BenchArgs) -> Result<()> {
+    match (args.command, args.lookups) {
+        (Some(BenchCommand::Lookups(a)), _) | (None, Some(a)) => lookups::run(a).await,
+        (Some(BenchCommand::Writes(a)), _) => writes::run(a).await,
+        (Some(BenchCommand::Sim(a)), _) => sim::run(a).await,
+        (None, None) => {
+            anyhow::bail!("bench: name a benchmark (lookups, writes, sim); see `table-catalog bench --help`")
+        }
+    }
+}
+
+/// The `p` quantile (0..=1, nearest rank) of sorted durations, in milliseconds; 0 when empty.
+fn percentile(sorted: &[Duration], p: f64) -> f64 {
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted.get(i).map_or(0.0, |d| d.as_secs_f64() * 1000.0)
+}
