@@ -2,8 +2,11 @@
 //!
 //! Concurrent appends of one process are coalesced into rounds. A round is run by a task of
 //! its own (so a caller that is cancelled, e.g. by a dropped HTTP request, cannot stall the
-//! others) for everybody queued when it starts; callers arriving meanwhile wait for the
-//! next round. A round costs one clock read and one clock publication ([`super::clock`])
+//! others) for everybody queued when it starts. Up to [`MAX_ROUNDS`] rounds run at once: an
+//! append that finds a free slot starts a round at once (low latency when idle); when every
+//! slot is busy, callers queue up and the next round to start takes them all (large rounds
+//! under load). Overlapping rounds are safe: each reserves its ids under the process's own
+//! last id, and publications never move the clock row back ([`super::clock`]). A round costs one clock read and one clock publication ([`super::clock`])
 //! plus one entity group transaction per 100 entries (and 4 MiB), whatever the number of
 //! callers; the clock publication and the entry writes run concurrently. A caller's append
 //! returns when its entries are durable and its ids are published, never earlier.
@@ -29,11 +32,14 @@ struct Waiter {
     reply: oneshot::Sender<Result<Vec<WalId>>>,
 }
 
-/// Appends waiting for a round, and whether a round task is running.
+/// Most append rounds of one process in flight at once.
+pub const MAX_ROUNDS: usize = 4;
+
+/// Appends waiting for a round, and how many round tasks run.
 #[derive(Default)]
 struct Queue {
     waiting: Vec<Waiter>,
-    running: bool,
+    running: usize,
 }
 
 /// The group-commit appender of one process's WAL (cheap to clone).
@@ -56,7 +62,11 @@ impl Appender {
         let start = {
             let mut q = self.queue.lock().unwrap_or_else(|p| p.into_inner());
             q.waiting.push(Waiter { ops, reply: tx });
-            !std::mem::replace(&mut q.running, true)
+            let free = q.running < MAX_ROUNDS;
+            if free {
+                q.running += 1;
+            }
+            free
         };
         if start {
             tokio::spawn(self.clone().run());
@@ -70,7 +80,7 @@ impl Appender {
             let round = {
                 let mut q = self.queue.lock().unwrap_or_else(|p| p.into_inner());
                 if q.waiting.is_empty() {
-                    q.running = false;
+                    q.running -= 1;
                     return;
                 }
                 std::mem::take(&mut q.waiting)
