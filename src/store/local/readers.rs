@@ -12,7 +12,7 @@ use super::super::{StoreError, StoreResult};
 use super::sql::db_err;
 
 /// Most idle read connections kept open; more are opened while more reads run at once.
-const MAX_IDLE: usize = 8;
+const MAX_IDLE: usize = 16;
 
 /// A pool of read-only connections on one database file.
 pub(super) struct Readers {
