@@ -146,12 +146,24 @@ async fn every_crash_point_and_storage_fault_recovers() {
                         let c = open(store.clone(), &names).await;
                         run_write(&c, w).await
                     };
-                    faults::clear_hook();
-                    if count.load(Ordering::SeqCst) < k {
-                        assert!(crashed.is_ok(), "{label}");
-                        continue; // the write has fewer than k fan-out rows
+                    if *point == "before_enqueue" {
+                        // The hint is sent after the acknowledgement, by a background task:
+                        // the write succeeded; wait until the point is passed (hint lost).
+                        assert!(crashed.is_ok(), "{label}: the hint goes after the ack");
+                        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+                        while count.load(Ordering::SeqCst) < k {
+                            assert!(std::time::Instant::now() < deadline, "{label}: the hint was never attempted");
+                            tokio::task::yield_now().await;
+                        }
                     }
-                    assert!(crashed.is_err(), "{label}: the crash point fired");
+                    faults::clear_hook();
+                    if *point != "before_enqueue" {
+                        if count.load(Ordering::SeqCst) < k {
+                            assert!(crashed.is_ok(), "{label}");
+                            continue; // the write has fewer than k fan-out rows
+                        }
+                        assert!(crashed.is_err(), "{label}: the crash point fired");
+                    }
                     let live = recover_and_check(store, &names, &label).await;
                     assert_eq!(live, expected(w, true), "{label}");
                     scenarios += 1;

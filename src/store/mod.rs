@@ -21,6 +21,7 @@ pub mod conformance;
 #[cfg(feature = "fault-injection")]
 pub mod fault;
 pub mod local;
+pub mod pager;
 pub mod value;
 
 pub use value::{Entity, Properties, Value};
