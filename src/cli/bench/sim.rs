@@ -42,9 +42,14 @@ pub struct SimArgs {
     /// make one run each (e.g. 1,2,4,8).
     #[arg(long, value_delimiter = ',', default_value = "1")]
     instances: Vec<usize>,
-    /// Writers, each with one write in flight.
+    /// Writers, each with one write in flight (per instance with `--per-instance`).
     #[arg(long, default_value_t = 16)]
     clients: usize,
+    /// Count `--clients` per instance, as on Flex Consumption, which adds HTTP instances as the
+    /// concurrent requests per instance pass its `perInstanceConcurrency` setting: N instances
+    /// then carry N times the load.
+    #[arg(long)]
+    per_instance: bool,
     /// Seconds of load per run.
     #[arg(long, default_value_t = 10.0)]
     seconds: f64,
@@ -318,7 +323,8 @@ async fn run_one(args: &SimArgs, instances: usize) -> Result<RunReport> {
     let load = Arc::new(Load { catalogs, next: AtomicUsize::new(0), keys, updates: args.updates, seed: args.seed });
     let started = Instant::now();
     let deadline = started + Duration::from_secs_f64(args.seconds);
-    let clients: Vec<_> = (0..args.clients).map(|c| tokio::spawn(load.clone().client(c, deadline))).collect();
+    let writers = if args.per_instance { args.clients * instances } else { args.clients };
+    let clients: Vec<_> = (0..writers).map(|c| tokio::spawn(load.clone().client(c, deadline))).collect();
     let mut acks = Vec::new();
     let mut failures: BTreeMap<String, u64> = BTreeMap::new();
     for c in clients {
@@ -387,7 +393,7 @@ fn markdown(args: &SimArgs, runs: &[RunReport]) -> String {
     let f1 = |x: f64| format!("{x:.1}");
     s.push_str(&format!(
         "Simulated Azure: point ops median {} ms / p99 {} ms, query pages {} / {} ms, {} entities/s per partition, \
-         {} transactions/s per account; {} clients, {} s of load per run, {} indexed identifiers per record, \
+         {} transactions/s per account; {} clients{}, {} s of load per run, {} indexed identifiers per record, \
          {:.0}% updates, seed {}; one in-memory embedded store.\n\n",
         args.point_median_ms,
         args.point_p99_ms,
@@ -396,6 +402,7 @@ fn markdown(args: &SimArgs, runs: &[RunReport]) -> String {
         args.partition_rate,
         args.account_rate,
         args.clients,
+        if args.per_instance { " per instance" } else { "" },
         args.seconds,
         args.indexes,
         args.updates * 100.0,
