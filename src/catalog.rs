@@ -265,6 +265,12 @@ impl Catalog {
         self.work.notify_one();
     }
 
+    /// Waits until every apply hint this catalog asked for was sent (hints go after the
+    /// acknowledgement, in the background; see [`crate::hinter`]).
+    pub async fn hints_settled(&self) {
+        self.hints.settled().await
+    }
+
     /// Notified when this process enqueued work (lets an in-process worker skip polling).
     pub fn work_signal(&self) -> &tokio::sync::Notify {
         &self.work

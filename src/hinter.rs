@@ -36,12 +36,19 @@ pub struct Hinter {
     store: Arc<dyn Store>,
     queue: String,
     state: Arc<Mutex<State>>,
+    /// Notified when the sender task stops (nothing left to send).
+    idle: Arc<tokio::sync::Notify>,
 }
 
 impl Hinter {
     /// A hinter for `queue` (the apply queue).
     pub fn new(store: Arc<dyn Store>, queue: String) -> Hinter {
-        Hinter { store, queue, state: Arc::new(Mutex::new(State::default())) }
+        Hinter {
+            store,
+            queue,
+            state: Arc::new(Mutex::new(State::default())),
+            idle: Arc::new(tokio::sync::Notify::new()),
+        }
     }
 
     /// Asks for a hint naming entry `id` of `shard`; returns at once.
@@ -53,6 +60,20 @@ impl Hinter {
         }
     }
 
+    /// Waits until every hint asked for so far was sent (or given up on). For tests and
+    /// orderly shutdown; a hint asked for meanwhile extends the wait.
+    pub async fn settled(&self) {
+        loop {
+            let notified = self.idle.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if !self.state.lock().unwrap_or_else(|p| p.into_inner()).sending {
+                return;
+            }
+            notified.await;
+        }
+    }
+
     async fn send_until_idle(self) {
         loop {
             let next = {
@@ -61,6 +82,7 @@ impl Hinter {
                     Some(n) => n,
                     None => {
                         st.sending = false;
+                        self.idle.notify_waiters();
                         return;
                     }
                 }

@@ -173,6 +173,7 @@ async fn an_apply_pass_stops_at_its_budget_and_hands_over() {
     // A queue message that runs out of budget enqueues a hint for the rest (sent by a
     // background task after the pass: wait for it, bounded).
     let queue = c.names().queue.clone();
+    c.hints_settled().await; // the writes' own hints land first
     while c.store().approximate_count(&queue).await.unwrap() > 0 {
         let m = c.store().receive_messages(&queue, 32, std::time::Duration::from_secs(30)).await.unwrap();
         for m in m {

@@ -1217,6 +1217,9 @@ async fn library_hostile_identifiers_and_odd_records_round_trip() {
 
 /// Receives and deletes every message of `queue`.
 async fn drain(c: &Catalog, queue: &str) -> Vec<ReceivedMessage> {
+    // Apply hints are sent after the acknowledgement by a background task: let them land
+    // first, so none arrives after the drain.
+    c.hints_settled().await;
     let mut all = Vec::new();
     loop {
         let got = c.store().receive_messages(queue, 32, Duration::from_secs(60)).await.unwrap();
