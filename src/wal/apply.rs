@@ -218,8 +218,9 @@ impl Wal {
         let new_rows: BTreeSet<(String, String)> =
             new_keys.iter().flat_map(|k| k.partitions.iter().map(|(_, pk)| (pk.clone(), k.row_key.clone()))).collect();
         let pk = filter.partition_key()?;
-        let range = filter.row_range();
-        let mut pages = pager::pages(self.store.as_ref(), &self.catalog_table, &pk, &range, MAX_PAGE);
+        let ranges = filter.row_ranges(); // pruned on the server, like a lookup
+        let mut pages = futures::stream::iter(ranges.iter())
+            .flat_map(|range| pager::pages(self.store.as_ref(), &self.catalog_table, &pk, range, MAX_PAGE));
         while let Some(page) = pages.try_next().await? {
             let mut doomed: BTreeMap<(String, String), Record> = BTreeMap::new();
             for (row_key, rec) in self.matches(filter, &entry.id, &page.entities) {

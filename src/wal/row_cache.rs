@@ -16,11 +16,14 @@ use crate::store::ETag;
 pub const GENERATION: usize = 32_768;
 
 type Key = (String, String);
+/// One generation: row → (ETag, WAL id).
+type Generation = HashMap<Key, (ETag, String)>;
 
 /// The cache (see the module docs).
 #[derive(Debug, Default)]
 pub struct RowCache {
-    gens: Mutex<(HashMap<Key, (ETag, String)>, HashMap<Key, (ETag, String)>)>,
+    /// (young, old).
+    gens: Mutex<(Generation, Generation)>,
 }
 
 impl RowCache {
