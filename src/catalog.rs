@@ -14,7 +14,7 @@ use serde::Serialize;
 
 use crate::config::Names;
 use crate::error::{Error, Result};
-use crate::faults;
+use crate::hinter::Hinter;
 use crate::messages::{self, Message};
 use crate::query::{self, Filter, ResultPage};
 use crate::record::{self, Record};
@@ -70,6 +70,9 @@ pub enum WalState {
     Pending,
     /// Applied (not pending, and at or below the checkpoint).
     Applied,
+    /// Moved to the WAL's `dead` partition: it can never be applied (the reason is in
+    /// [`crate::wal::Wal::dead_reason`]).
+    Dead,
 }
 
 /// Health of the WAL and the queues.
@@ -115,6 +118,8 @@ pub struct Catalog {
     opts: CatalogOptions,
     /// Wakes an in-process queue worker when this process logged work.
     work: tokio::sync::Notify,
+    /// Sends apply-queue hints after the acknowledgement.
+    hints: Hinter,
     /// Counters of the store's requests, reported by `status`.
     requests: Option<Arc<RequestCounts>>,
 }
@@ -133,7 +138,8 @@ impl Catalog {
         wal.init().await?;
         store.create_queue(&names.queue).await?;
         store.create_queue(&names.poison_queue).await?;
-        Ok(Catalog { store, wal, names, opts, work: tokio::sync::Notify::new(), requests: None })
+        let hints = Hinter::new(store.clone(), names.queue.clone());
+        Ok(Catalog { store, wal, names, opts, work: tokio::sync::Notify::new(), hints, requests: None })
     }
 
     /// Reports `counts` in [`Catalog::status`] (builder style). Pass the counters of the
@@ -216,7 +222,7 @@ impl Catalog {
             Op::Delete { .. } => None,
         };
         let id = self.wal.append(vec![op]).await?.remove(0);
-        self.hint(&id).await?;
+        self.hint(&id);
         let applied = if wait { self.wait_applied(&id).await? } else { false };
         Ok(Written { id: id.to_string(), record, applied })
     }
@@ -243,7 +249,7 @@ impl Catalog {
             results[slot] = Ok(id.to_string());
         }
         if let Some(last) = ids.last() {
-            self.hint(last).await?;
+            self.hint(last);
             if wait {
                 self.wait_applied(last).await?;
             }
@@ -251,16 +257,12 @@ impl Catalog {
         Ok(results)
     }
 
-    /// Enqueues the hint for an entry. A failure is logged, not returned: the entry is
-    /// durable and the sweeper applies it.
-    async fn hint(&self, id: &WalId) -> Result<()> {
-        faults::point("before_enqueue")?;
-        let text = messages::encode(&messages::hint_json(SHARD, id.as_str()));
-        if let Err(e) = self.store.put_message(&self.names.queue, &text, Duration::ZERO).await {
-            tracing::warn!(wal_id = %id, error = %e, "could not enqueue the apply hint; the sweeper will apply the entry");
-        }
+    /// Asks for an apply hint for an entry (sent in the background, coalesced; see
+    /// [`crate::hinter`]) and wakes this process's queue worker. A lost hint only delays
+    /// the entry until the sweeper applies it.
+    fn hint(&self, id: &WalId) {
+        self.hints.hint(SHARD, id);
         self.work.notify_one();
-        Ok(())
     }
 
     /// Notified when this process enqueued work (lets an in-process worker skip polling).
@@ -269,12 +271,14 @@ impl Catalog {
     }
 
     /// Blocks until entry `id` is applied, applying it here when no other applier holds the
-    /// shard. [`Error::Timeout`] after [`CatalogOptions::wait_timeout`].
+    /// shard. [`Error::Timeout`] after [`CatalogOptions::wait_timeout`]: an apply pass run
+    /// here stops at its first page boundary past the deadline, so the wait ends within the
+    /// timeout plus the time to apply one page ([`crate::wal::apply::DRAIN_PAGE`] entries).
     pub async fn wait_applied(&self, id: &WalId) -> Result<bool> {
         let deadline = Instant::now() + self.opts.wait_timeout;
         let mut delay = Duration::from_millis(5);
         loop {
-            let _ = self.wal.apply_pending().await?;
+            let _ = self.wal.apply_pending_by(deadline.min(Instant::now() + self.opts.wal.apply_budget)).await?;
             if !self.wal.is_pending(id).await? {
                 return match self.wal.dead_reason(id).await? {
                     None => Ok(true),
@@ -314,12 +318,17 @@ impl Catalog {
             .collect())
     }
 
-    /// Whether a WAL entry is still pending. [`Error::NotFound`] for an id that is neither
-    /// pending nor at or below the checkpoint.
+    /// Where a WAL entry is: pending, applied or dead. The applier advances the checkpoint
+    /// before it removes applied entries, so an entry applied just before a crash is either
+    /// still pending (and applied again, idempotently) or at or below the checkpoint.
+    /// [`Error::NotFound`] for an id that is in none of these states.
     pub async fn wal_state(&self, id: &str) -> Result<WalState> {
         let id = WalId::parse(id).ok_or_else(|| Error::invalid(format!("'{id}' is not a WAL id")))?;
         if self.wal.is_pending(&id).await? {
             return Ok(WalState::Pending);
+        }
+        if self.wal.dead_reason(&id).await?.is_some() {
+            return Ok(WalState::Dead);
         }
         match self.wal.checkpoint().await? {
             Some(cp) if id <= cp => Ok(WalState::Applied),
@@ -386,7 +395,7 @@ impl Catalog {
         if let DrainOutcome::Partial { .. } = self.wal.apply_pending().await? {
             // Out of time with entries still pending: hand the rest to the next invocation.
             if let Some(cp) = self.wal.checkpoint().await? {
-                self.hint(&cp).await?;
+                self.hint(&cp);
             }
         }
         Ok(MessageOutcome::Applied { id })

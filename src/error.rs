@@ -5,8 +5,9 @@
 use crate::keys::KeyError;
 use crate::store::StoreError;
 
-/// Errors of catalog operations.
-#[derive(Debug, thiserror::Error)]
+/// Errors of catalog operations. `Clone`, so one failure can be reported to every caller
+/// that shared a group commit.
+#[derive(Debug, Clone, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
     /// Bad input: the request can never succeed as sent. Nothing was written.

@@ -1,6 +1,6 @@
 //! Named crash points on the write and apply paths, for the reliability tests.
 //!
-//! Each call site names a step (`after_wal_write`, `before_enqueue`, `after_fanout_row`,
+//! Each call site names a step (`before_clock_publish`, `after_wal_write`, `before_enqueue`, `after_fanout_row`,
 //! `before_checkpoint`, `before_remove_applied`). Without the `fault-injection` feature,
 //! [`point`] is an inlined `Ok(())` and costs nothing. With it, a test can install a hook that
 //! makes a point fail (as if the process died there: the caller sees an error and stops), and
@@ -8,8 +8,14 @@
 //! aborts the process at that point, for kill tests across processes.
 
 /// The named points, in path order.
-pub const POINTS: &[&str] =
-    &["after_wal_write", "before_enqueue", "after_fanout_row", "before_checkpoint", "before_remove_applied"];
+pub const POINTS: &[&str] = &[
+    "before_clock_publish",
+    "after_wal_write",
+    "before_enqueue",
+    "after_fanout_row",
+    "before_checkpoint",
+    "before_remove_applied",
+];
 
 #[cfg(not(feature = "fault-injection"))]
 /// Passes the named point (no-op in this build).

@@ -22,6 +22,8 @@
 
 use md5::{Digest, Md5};
 
+use crate::store::RowRange;
+
 /// Longest PartitionKey or RowKey, in UTF-16 code units: 1 KiB as UTF-16. Azure documents
 /// "up to 1 KiB"; Azurite enforces 512 UTF-16 units; this limit is safe under both readings.
 pub const MAX_KEY_UTF16: usize = 512;
@@ -130,6 +132,11 @@ pub fn row_key(field: &str, sort_value: &str, fingerprint: &str) -> Result<Strin
 /// of `from`) are removed by [`sort_value_in_range`]. (The reference uses `'{from}:'`, which
 /// misses sort values extending `from` with a character sorting before `:`, such as a space:
 /// `row_from=john` would miss "john f kennedy".)
+///
+/// Tightness: a RowKey at or above the bound whose sort value is below `from` has a sort value
+/// that is a proper prefix of `from` (anything else differs from `from` at a smaller
+/// character, so its RowKey is below the bound too); there are at most as many such sort
+/// values as `from` has characters.
 pub fn row_from_bound(from: &str) -> String {
     // Greek sigma lowercases to 'ς' or 'σ' depending on what follows it, so the same sort
     // value can appear with either in a RowKey; the lower bound takes the smaller ('ς').
@@ -141,16 +148,105 @@ fn sort_to(to: &str) -> String {
     escape_key(&to.to_lowercase().replace('ς', "σ"))
 }
 
-/// Exclusive upper RowKey bound (`RowKey lt`) covering every RowKey whose sort value is at
-/// most `to`. A RowKey is `{sort}:{fp}`, and `:` is not the smallest character, so a sort
-/// value that is a prefix of `to` followed by a character sorting at or before `:` (a space,
-/// a digit, punctuation) has a RowKey above `{to}:…`: the bound is cut at the first such
-/// character and followed by `;` (the character after `:`). The extra rows this admits are
-/// removed by [`sort_value_in_range`].
+/// Exclusive upper RowKey bound (`RowKey lt`) covering every RowKey whose sort value is
+/// non-empty and at most `to`. The empty sort value needs the extra range [`row_ranges`]
+/// adds, and [`row_ranges`] also tightens the bound when there is a lower one. The extra
+/// rows the bound admits are removed by [`sort_value_in_range`].
+///
+/// `to = "1000"` gives `1;`: sort values "1".."1999…" and those starting with "0" are read,
+/// not those starting with "2".."9". See [`row_ranges`] for the rule and its proof.
 pub fn row_before_bound(to: &str) -> String {
-    let t = sort_to(to);
-    let cut = t.find(|c: char| c <= ':').unwrap_or(t.len());
+    upper_bound(&sort_to(to), "")
+}
+
+/// `t[..i] + ";"` where `i` is the first index `>= 1` with `t[i] <= ':'` whose prefix
+/// `t[..i]` is at least `lower` (`t.len()` if none); see [`row_ranges`].
+fn upper_bound(t: &str, lower: &str) -> String {
+    let cut = t
+        .char_indices()
+        .skip(1)
+        .find(|&(i, c)| c <= ':' && cmp_utf16(&t[..i], lower).is_ge())
+        .map_or(t.len(), |(i, _)| i);
     format!("{};", &t[..cut])
+}
+
+/// Smallest RowKey of a record with an empty sort value (`:` and 8 hex digits).
+pub const EMPTY_SORT_FIRST: &str = ":00000000";
+/// Largest RowKey of a record with an empty sort value.
+pub const EMPTY_SORT_LAST: &str = ":ffffffff";
+
+/// The RowKey ranges to read for sort values within `from..=to` (either open when `None`),
+/// ascending and disjoint: none when nothing can match, else one or two. They may hold
+/// rows outside `from..=to`: check each row with [`sort_value_in_range`].
+///
+/// Let `f = row_from_bound(from)` (`""` without `from`) and `t` = `to` as it appears in
+/// RowKeys (lowercased, escaped). A sort value `s` is in range when `f <= s <= t`, comparing
+/// UTF-16 code units as the service does; its RowKey is `s + ":" + fp` (8 hex digits).
+/// Indexes below count characters. A character `<= ';'` is a single ASCII code unit and
+/// sorts below every other code unit, so comparing a string holding one with another
+/// string is decided by characters.
+///
+/// 1. The main range is `[f, t[..i] + ";")`, `i` = the first index `>= 1` with
+///    `t[i] <= ':'` and `t[..i] >= f`, or `t.len()` if none. Take `s` in range, `s`
+///    non-empty:
+///    - `s` differs from `t` at an index `j < i`, `s[j] < t[j]`: the RowKey is below the
+///      bound at `j`.
+///    - else `s` starts with `t[..min(i, len s)]`. If `len s > i`, the RowKey has `s[i] <=
+///      t[i] <= ':'` at `i`, below the bound's `;`. If `len s == i`, it has `:` there,
+///      below `;`. If `len s < i`, `s = t[..len s]` is a proper prefix of `t` with
+///      `1 <= len s < i` and `s >= f`, so by the choice of `i`, `t[len s] > ':'`, while
+///      the RowKey has `:` at `len s`: below.
+///
+///    And the RowKey is at least `f` since `s` is. Cutting at index 0 (as before issue 10)
+///    turned `to = "1000"` into `RowKey lt ';'`, a walk over every sort value starting
+///    with a digit, space or punctuation. Cutting later than needed is what `t[..i] >= f`
+///    buys: `"42"..="420"` gives `[42, 42;)`, not `[42, 4;)`.
+/// 2. The empty sort value (`f` empty) escapes step 1: its RowKey `:fp` is above a bound
+///    whose first character is below `:`. When the main range does not end above
+///    `:ffffffff`, a second range `[max(end of the first, ":00000000"), ":ffffffff"]` holds
+///    its RowKeys. With `t` empty only the empty sort value can match, so only this range
+///    is read.
+///
+/// Tightness: the main range's end starts with `t[0]`, so no sort value starting with a
+/// larger character is read (except sort values starting with `:` that fall in the second
+/// range); below `f` it admits only proper prefixes of `f`.
+pub fn row_ranges(from: Option<&str>, to: Option<&str>) -> Vec<RowRange> {
+    let lower = from.map(row_from_bound);
+    let f = lower.as_deref().unwrap_or("");
+    let Some(to) = to else {
+        return vec![RowRange { from: lower, ..RowRange::default() }];
+    };
+    let t = sort_to(to);
+    if cmp_utf16(&t, f).is_lt() {
+        return Vec::new();
+    }
+    let empty_range = |start: &str| RowRange {
+        from: Some(max_utf16(start, EMPTY_SORT_FIRST).to_string()),
+        to: Some(EMPTY_SORT_LAST.to_string()),
+        ..RowRange::default()
+    };
+    if t.is_empty() {
+        return vec![empty_range("")];
+    }
+    let before = upper_bound(&t, f);
+    let needs_empty = f.is_empty() && cmp_utf16(&before, EMPTY_SORT_LAST).is_le();
+    let mut ranges = vec![RowRange { from: lower, before: Some(before.clone()), ..RowRange::default() }];
+    if needs_empty {
+        ranges.push(empty_range(&before));
+    }
+    ranges
+}
+
+fn cmp_utf16(a: &str, b: &str) -> std::cmp::Ordering {
+    a.encode_utf16().cmp(b.encode_utf16())
+}
+
+fn max_utf16<'a>(a: &'a str, b: &'a str) -> &'a str {
+    if cmp_utf16(a, b).is_ge() {
+        a
+    } else {
+        b
+    }
 }
 
 /// The sort value part of a RowKey (without the trailing `:` and 8-hex fingerprint).
@@ -167,8 +263,8 @@ pub fn sort_part(row_key: &str) -> &str {
 /// UTF-16 code-unit order like the service).
 pub fn sort_value_in_range(row_key: &str, from: Option<&str>, to: Option<&str>) -> bool {
     let s = sort_part(row_key);
-    from.is_none_or(|f| s.encode_utf16().cmp(row_from_bound(f).encode_utf16()).is_ge())
-        && to.is_none_or(|t| s.encode_utf16().cmp(sort_to(t).encode_utf16()).is_le())
+    from.is_none_or(|f| cmp_utf16(s, &row_from_bound(f)).is_ge())
+        && to.is_none_or(|t| cmp_utf16(s, &sort_to(t)).is_le())
 }
 
 /// The string form of a JSON value used in keys, matching Python's `str()` as the reference
@@ -280,10 +376,10 @@ mod tests {
 
     #[test]
     fn fingerprint_is_md5_prefix_of_sorted_lowercased_values() {
-        // md5("f314|1414213562|123-45-6789") computed independently.
-        let fp = fingerprint(["F314", "1414213562", "123-45-6789"]);
-        assert_eq!(fp.len(), 8);
-        assert_eq!(fp, fingerprint(["f314", "1414213562", "123-45-6789"]));
+        // md5("f314|1414213562|123-45-6789") = 56a9e4594f09645a7123f8d5b534d238, computed
+        // independently (`printf '%s' 'f314|1414213562|123-45-6789' | md5sum`); the input is
+        // mixed-case, so the test also fails if the values are not lowercased.
+        assert_eq!(fingerprint(["F314", "1414213562", "123-45-6789"]), "56a9e459");
         assert_eq!(fingerprint([""]), "d41d8cd9"); // md5("")
         assert_eq!(row_key("last", "Faux", "EC8246F2").unwrap(), "faux:ec8246f2");
     }
@@ -315,6 +411,122 @@ mod tests {
         assert_eq!(select(Some("Runway 1!"), None), ["Runway 10", "Runway 2"]);
         assert_eq!(select(Some("runway 1"), Some("RUNWAY 10")), ["Runway 1", "Runway 10", "Runway 1 North"]);
         assert_eq!(sort_part("faux:ec8246f2"), "faux");
+    }
+
+    #[test]
+    fn upper_bound_keeps_the_first_character() {
+        // Cut after the first character when the next sorts at or before ':'.
+        assert_eq!(row_before_bound("1000"), "1;");
+        assert_eq!(row_before_bound("12:30"), "1;");
+        assert_eq!(row_before_bound("a:b"), "a;");
+        assert_eq!(row_before_bound(" x"), " x;");
+        assert_eq!(row_before_bound("a/b"), "a;"); // escaped "a%2Fb": '%' sorts before ':'
+        assert_eq!(row_before_bound("é1"), "é;");
+        assert_eq!(row_before_bound(""), ";");
+        let digits = row_ranges(None, Some("1000"));
+        let main = RowRange { before: Some("1;".into()), ..RowRange::default() };
+        let empty =
+            RowRange { from: Some(EMPTY_SORT_FIRST.into()), to: Some(EMPTY_SORT_LAST.into()), ..RowRange::default() };
+        assert_eq!(digits, [main, empty.clone()], "the empty sort value needs its own range");
+        assert_eq!(row_ranges(Some("0"), Some("1000")).len(), 1, "no empty sort value above a lower bound");
+        assert_eq!(row_ranges(None, Some("faux")).len(), 1, "'faux;' already holds ':…'");
+        assert_eq!(row_ranges(None, Some("")), [empty]);
+        assert!(row_ranges(Some("a"), Some("")).is_empty());
+        assert!(row_ranges(Some("b"), Some("a")).is_empty());
+        // With a lower bound, the cut need not cover prefixes below it.
+        assert_eq!(row_ranges(Some("42"), Some("420"))[0].before.as_deref(), Some("42;"));
+        assert_eq!(row_ranges(Some("5"), Some("5001"))[0].before.as_deref(), Some("5;"));
+        // A bound starting with ':' ends inside the empty sort value's keys: the second range
+        // starts where the first ends, so no RowKey is read twice.
+        let colon = row_ranges(None, Some(":a"));
+        assert_eq!(colon[0].before.as_deref(), Some(":a;"));
+        assert_eq!(colon[1].from.as_deref(), Some(":a;"));
+    }
+
+    mod ranges {
+        use super::super::*;
+        use proptest::prelude::*;
+        use proptest::test_runner::{Config, RngSeed};
+        use std::cmp::Ordering;
+
+        const SEED: u64 = 0x7AB1_ECA7;
+        static PRINT_SEED: std::sync::Once = std::sync::Once::new();
+
+        fn cmp16(a: &str, b: &str) -> Ordering {
+            a.encode_utf16().cmp(b.encode_utf16())
+        }
+
+        /// `RowRange::contains` in the service's (UTF-16) order.
+        fn contains16(r: &RowRange, rk: &str) -> bool {
+            r.from.as_deref().is_none_or(|f| cmp16(rk, f).is_ge())
+                && r.after.as_deref().is_none_or(|a| cmp16(rk, a).is_gt())
+                && r.before.as_deref().is_none_or(|b| cmp16(rk, b).is_lt())
+                && r.to.as_deref().is_none_or(|t| cmp16(rk, t).is_le())
+        }
+
+        /// Sort values over characters around ':' and ';', escapes, case, sigma, multi-unit.
+        fn sort_value() -> impl Strategy<Value = String> {
+            let chars = vec![
+                '0', '1', '9', ':', ';', ' ', '!', '%', '/', '#', '\t', 'a', 'A', 'f', 'g', 'z', '~', 'é', 'Σ', 'σ',
+                'ς', '😀', '\u{e000}', '\u{ff5e}',
+            ];
+            prop::collection::vec(prop::sample::select(chars), 0..6).prop_map(|cs| cs.into_iter().collect())
+        }
+
+        fn fingerprint_hex() -> impl Strategy<Value = String> {
+            prop::sample::select(vec!["00000000", "0123abcd", "99999999", "a0000000", "ffffffff"])
+                .prop_map(String::from)
+        }
+
+        proptest! {
+            #![proptest_config(Config { cases: 4000, rng_seed: RngSeed::Fixed(SEED), failure_persistence: None, ..Config::default() })]
+
+            /// Every RowKey whose sort value is within `from..=to` is inside one of the
+            /// ranges; the ranges are ascending and disjoint; and a row read outside the
+            /// bounds is one of the few the bounds must admit.
+            #[test]
+            fn ranges_cover_the_sort_range_and_stay_tight(
+                sorts in prop::collection::vec((sort_value(), fingerprint_hex()), 1..12),
+                from in prop::option::of(sort_value()),
+                to in prop::option::of(sort_value()),
+            ) {
+                PRINT_SEED.call_once(|| eprintln!("proptest seed {SEED:#x}"));
+                let ranges = row_ranges(from.as_deref(), to.as_deref());
+                for pair in ranges.windows(2) {
+                    let end = pair[0].before.as_deref().expect("a first range of two has an upper bound");
+                    let start = pair[1].from.as_deref().expect("a second range has a lower bound");
+                    prop_assert!(cmp16(end, start).is_le(), "ranges overlap: {ranges:?}");
+                }
+                for (sort, fp) in &sorts {
+                    let rk = row_key("f", sort, fp).expect("short key");
+                    let inside = ranges.iter().filter(|r| contains16(r, &rk)).count();
+                    prop_assert!(inside <= 1, "{rk:?} in {inside} ranges: {ranges:?}");
+                    let wanted = sort_value_in_range(&rk, from.as_deref(), to.as_deref());
+                    prop_assert!(!wanted || inside == 1, "{rk:?} ({sort:?}) is within {from:?}..={to:?} but outside {ranges:?}");
+                    if inside == 0 || wanted {
+                        continue;
+                    }
+                    // Admitted but outside the bounds: below `from` only as a proper prefix of
+                    // it; above `to` only with the same first character (or, in the empty
+                    // sort value's range, a sort value starting with ':').
+                    let s = sort_part(&rk);
+                    if let Some(f) = from.as_deref().map(row_from_bound) {
+                        if cmp16(s, &f).is_lt() {
+                            prop_assert!(f.starts_with(s) && f.len() > s.len(), "{s:?} admitted below {f:?}");
+                        }
+                    }
+                    if let Some(t) = to.as_deref().map(sort_to) {
+                        if cmp16(s, &t).is_gt() {
+                            let first = |x: &str| x.encode_utf16().next();
+                            prop_assert!(
+                                first(s) == first(&t) || (s.starts_with(':') && t.chars().next().is_none_or(|c| c <= ':')),
+                                "{s:?} admitted above {t:?} by {ranges:?}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
     }
 
     #[test]

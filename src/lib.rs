@@ -14,6 +14,7 @@ pub use error::{Error, Result};
 pub mod catalog;
 pub mod config;
 pub mod faults;
+pub mod hinter;
 pub mod messages;
 pub mod query;
 pub mod wal;

@@ -88,13 +88,29 @@ impl Filter {
         Ok(keys::partition_key(field, value)?)
     }
 
-    /// The RowKey range to read for the filter's sort-value bounds (it may hold a few rows
-    /// outside them: check each with [`Filter::in_sort_range`]).
+    /// The RowKey ranges to read for the filter's sort-value bounds: at most two, ascending
+    /// and disjoint (see [`keys::row_ranges`]). They may hold a few rows outside the bounds:
+    /// check each with [`Filter::in_sort_range`].
+    pub fn row_ranges(&self) -> Vec<RowRange> {
+        keys::row_ranges(self.row_from.as_deref(), self.row_to.as_deref())
+    }
+
+    /// One RowKey range covering every range of [`Filter::row_ranges`] (from the first's
+    /// start to the last's end), for callers that read a single range. It is wider than the
+    /// ranges when there are two (a `row_to` starting with a digit, space or punctuation and
+    /// no `row_from`): prefer [`Filter::row_ranges`]. Check each row with
+    /// [`Filter::in_sort_range`].
     pub fn row_range(&self) -> RowRange {
-        RowRange {
-            from: self.row_from.as_deref().map(keys::row_from_bound),
-            before: self.row_to.as_deref().map(keys::row_before_bound),
-            ..RowRange::default()
+        let ranges = self.row_ranges();
+        match (ranges.first(), ranges.last()) {
+            (Some(first), Some(last)) => RowRange {
+                from: first.from.clone(),
+                before: last.before.clone(),
+                to: last.to.clone(),
+                ..RowRange::default()
+            },
+            // Nothing can match: `RowKey lt ''` selects no row.
+            _ => RowRange { before: Some(String::new()), ..RowRange::default() },
         }
     }
 
@@ -141,9 +157,17 @@ fn live_match(filter: &Filter, e: &Entity) -> Option<Found> {
     record::from_entity(e).filter(|r| filter.matches(r)).map(|record| Found { record, row_key: e.row_key.clone() })
 }
 
+/// True when every RowKey of `range` is at or below `row_key` (UTF-16 order, as the service
+/// compares keys): resuming after `row_key` finds nothing there.
+fn ends_at_or_before(range: &RowRange, row_key: &str) -> bool {
+    let le = |bound: &str| bound.encode_utf16().cmp(row_key.encode_utf16()).is_le();
+    range.before.as_deref().is_some_and(le) || range.to.as_deref().is_some_and(le)
+}
+
 /// Reads up to `limit` matching records of the filter's partition, starting after
 /// `continuation`. Tombstones and records failing the other filter fields are skipped, so
-/// this may read more rows than it returns.
+/// this may read more rows than it returns. The filter's RowKey ranges
+/// ([`Filter::row_ranges`]) are read in order; the continuation is the last RowKey returned.
 pub async fn query_page(
     store: &dyn TableStore,
     table: &str,
@@ -152,37 +176,46 @@ pub async fn query_page(
     continuation: Option<&str>,
 ) -> Result<ResultPage> {
     let pk = filter.partition_key()?;
-    let mut range = filter.row_range();
-    range.after = continuation.map(decode_continuation).transpose()?;
+    let resume = continuation.map(decode_continuation).transpose()?;
+    let ranges = filter.row_ranges();
     let limit = limit.max(1);
     let mut out = ResultPage::default();
-    let mut token: Option<String> = None;
-    loop {
-        let want = (limit - out.records.len()).min(MAX_PAGE);
-        let page = store.query_partition(table, &pk, &range, want, token.as_deref()).await?;
-        let mut last_seen = None;
-        for e in &page.entities {
-            last_seen = Some(e.row_key.clone());
-            if let Some(found) = live_match(filter, e) {
-                out.records.push(found);
-                if out.records.len() == limit {
-                    let more = page.continuation.is_some()
-                        || e.row_key != page.entities.last().map(|l| l.row_key.clone()).unwrap_or_default();
-                    out.continuation = more.then(|| encode_continuation(&e.row_key));
-                    return Ok(out);
+    for (n, range) in ranges.iter().enumerate() {
+        if resume.as_deref().is_some_and(|rk| ends_at_or_before(range, rk)) {
+            continue;
+        }
+        let mut range = RowRange { after: resume.clone(), ..range.clone() };
+        let later_ranges = n + 1 < ranges.len();
+        let mut token: Option<String> = None;
+        loop {
+            let want = (limit - out.records.len()).min(MAX_PAGE);
+            let page = store.query_partition(table, &pk, &range, want, token.as_deref()).await?;
+            let mut last_seen = None;
+            for e in &page.entities {
+                last_seen = Some(e.row_key.clone());
+                if let Some(found) = live_match(filter, e) {
+                    out.records.push(found);
+                    if out.records.len() == limit {
+                        let more = later_ranges
+                            || page.continuation.is_some()
+                            || e.row_key != page.entities.last().map(|l| l.row_key.clone()).unwrap_or_default();
+                        out.continuation = more.then(|| encode_continuation(&e.row_key));
+                        return Ok(out);
+                    }
                 }
             }
-        }
-        match page.continuation {
-            Some(next) => token = Some(next),
-            None => return Ok(out),
-        }
-        // Keep the resume point even if the next page comes back empty.
-        if let Some(rk) = last_seen {
-            range.after = Some(rk);
-            token = None;
+            match page.continuation {
+                Some(next) => token = Some(next),
+                None => break,
+            }
+            // Keep the resume point even if the next page comes back empty.
+            if let Some(rk) = last_seen {
+                range.after = Some(rk);
+                token = None;
+            }
         }
     }
+    Ok(out)
 }
 
 /// Every matching record of the filter (all pages).

@@ -8,8 +8,10 @@
 //!   (`source scripts/azurite.sh start`): the shared conformance suite, every tricky key in
 //!   every operation, ETags, paging over 2,500 entities, batches, queues.
 //!
-//! Without `TC_TEST_AZURE_CONNECTION` the Azurite tests print that they are skipped and
-//! pass, except when `CI` is set: then they fail, so CI never skips them silently.
+//! Without `TC_TEST_AZURE_CONNECTION` the Azurite tests print a `SKIPPED:` line (see
+//! `tests/common/skip.rs`; `scripts/test.sh` fails on it), and fail under `CI`.
+
+mod common;
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
@@ -26,23 +28,10 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 // Setup
 // ---------------------------------------------------------------------------------------
 
-const ENV: &str = "TC_TEST_AZURE_CONNECTION";
-
-/// The Azurite store, or `None` (test skipped) when `TC_TEST_AZURE_CONNECTION` is unset
-/// outside CI.
+/// The Azurite store, or `None` after reporting `test` as skipped (see `common::skip`).
 fn azurite(test: &str) -> Option<AzureStore> {
-    match std::env::var(ENV) {
-        Ok(s) if !s.trim().is_empty() => {
-            Some(AzureStore::from_connection_string(&s).unwrap_or_else(|e| panic!("{ENV} is invalid: {e}")))
-        }
-        _ if std::env::var_os("CI").is_some() => {
-            panic!("{ENV} is not set but CI is: start Azurite with `source scripts/azurite.sh start` (test {test})")
-        }
-        _ => {
-            eprintln!("test {test} skipped: {ENV} is not set (run `source scripts/azurite.sh start` first)");
-            None
-        }
-    }
+    let cs = common::skip::azurite(test)?;
+    Some(AzureStore::from_connection_string(&cs).unwrap_or_else(|e| panic!("TC_TEST_AZURE_CONNECTION is invalid: {e}")))
 }
 
 macro_rules! store_or_skip {
@@ -542,10 +531,9 @@ fn entity_json(pk: &str, rk: &str, n: i32, etag: &str) -> String {
 async fn a_500_fails_fast_after_bounded_retries() {
     let fake = FakeServer::start(|_: &Req| Reply::status(500)).await;
     let store = fake.store();
-    let started = Instant::now();
     let err = store.get("tbl", "p", "r").await.unwrap_err();
     assert!(matches!(err, StoreError::Unavailable(ref m) if m.contains("500")), "{err:?}");
-    assert!(started.elapsed() < Duration::from_secs(1), "took {:?}", started.elapsed());
+    // Bounded by the attempt count, not by a timed assertion (a loaded machine is slow).
     assert_eq!(fake.requests().len(), 4, "4 attempts in total");
     // With the default policy the same is bounded too (4 attempts, < 5 s of backoff).
     assert_eq!(RetryPolicy::default().max_attempts, 4);
@@ -583,7 +571,10 @@ async fn a_hung_request_times_out() {
     let started = Instant::now();
     let err = store.get("tbl", "p", "r").await.unwrap_err();
     assert!(matches!(err, StoreError::Unavailable(ref m) if m.contains("no response")), "{err:?}");
-    assert!(started.elapsed() < Duration::from_secs(2), "took {:?}", started.elapsed());
+    assert_eq!(fake.requests().len(), 2, "each attempt timed out, then the policy stopped");
+    // The server hangs for an hour: returning at all shows the timeout; the bound is loose
+    // so that a loaded machine does not fail it.
+    assert!(started.elapsed() < Duration::from_secs(60), "took {:?}", started.elapsed());
 }
 
 /// The server commits the insert but the connection drops before the answer; the retry

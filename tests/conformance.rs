@@ -14,3 +14,10 @@ async fn local_file_store_passes_the_conformance_suite() {
     let store = LocalStore::open(dir.path(), table_catalog::store::local::Durability::Process).unwrap();
     conformance::run_all(&store).await;
 }
+
+#[tokio::test]
+async fn local_file_store_with_full_durability_passes_the_conformance_suite() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = LocalStore::open(dir.path(), table_catalog::store::local::Durability::Full).unwrap();
+    conformance::run_all(&store).await;
+}

@@ -10,7 +10,7 @@
 //! `maxDequeueCount` failures); the timer applying an entry whose hint was lost.
 //!
 //! Needs `TC_TEST_AZURE_CONNECTION` (Azurite, `source scripts/azurite.sh start`): without it
-//! the tests print a note and pass, except under `CI`, where they fail.
+//! the tests print a `SKIPPED:` line (`scripts/test.sh` fails on it), and fail under `CI`.
 //! `TC_HARNESS_AIRPORTS=N` limits the import to the first N airports (default: all 28,403);
 //! `TC_HARNESS_ECHO=1` prints the handler's output.
 

@@ -1,7 +1,7 @@
 //! The Azure Functions deployment package built by `scripts/package.sh`.
 //!
-//! Runs only with `TC_TEST_PACKAGE=1` (it makes a release build); otherwise it prints that it
-//! was skipped. Checks the zip layout the host expects (host.json, the executable and one
+//! Runs only with `TC_TEST_PACKAGE=1` (`scripts/test.sh` sets it); otherwise it prints a
+//! `SKIPPED:` line (see `tests/common/skip.rs`; `scripts/test.sh` fails on it). Checks the zip layout the host expects (host.json, the executable and one
 //! folder per function at the zip root, modes kept), then extracts the zip and starts the
 //! packaged binary the way the Functions host does: `table-catalog handler` in the app root
 //! with `FUNCTIONS_CUSTOMHANDLER_PORT` set, polling `GET /` every 25 ms until any HTTP
@@ -10,6 +10,8 @@
 //! Storage: with `TC_TEST_AZURE_CONNECTION` (Azurite, `scripts/azurite.sh`) the handler gets
 //! that connection string and a catalog name unique to the run; without it, no connection
 //! string at all and a temporary `TABLE_CATALOG_LOCAL_PATH`.
+
+mod common;
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -129,7 +131,10 @@ fn log_tail(path: &Path) -> String {
 #[test]
 fn package_has_the_host_layout_and_the_binary_starts_in_handler_mode() {
     if std::env::var("TC_TEST_PACKAGE").ok().as_deref() != Some("1") {
-        println!("skipped: set TC_TEST_PACKAGE=1 to build the Functions package (release build) and check it");
+        common::skip::skipped(
+            "package_has_the_host_layout_and_the_binary_starts_in_handler_mode",
+            "TC_TEST_PACKAGE is not 1 (set it to build the Functions package and check it)",
+        );
         return;
     }
     let out = tempfile::tempdir().unwrap();
@@ -200,8 +205,8 @@ fn package_has_the_host_layout_and_the_binary_starts_in_handler_mode() {
     // Start it as the host does: `<app root>/table-catalog handler`, cwd = app root.
     let values: serde_json::Value =
         serde_json::from_str(&fs::read_to_string(root().join("local.settings.json")).unwrap()).unwrap();
-    let port = free_port();
     let logs = out.path().join("handler.log");
+    let errs = out.path().join("handler.err");
     let mut cmd = Command::new(&exe);
     cmd.arg(table_catalog::functions::HANDLER_SUBCOMMAND).current_dir(&app);
     for s in SETTINGS {
@@ -223,34 +228,44 @@ fn package_has_the_host_layout_and_the_binary_starts_in_handler_mode() {
             cmd.env_remove(settings::WEBJOBS_STORAGE).env(settings::LOCAL_PATH, out.path().join("store"));
         }
     }
-    cmd.env(settings::CUSTOMHANDLER_PORT, port.to_string())
-        .env("FUNCTIONS_HTTPWORKER_PORT", port.to_string())
-        .env("FUNCTIONS_CUSTOMHANDLER_WORKER_ID", "00000000-0000-0000-0000-000000000001")
+    cmd.env("FUNCTIONS_CUSTOMHANDLER_WORKER_ID", "00000000-0000-0000-0000-000000000001")
         .env("FUNCTIONS_HTTPWORKER_ID", "00000000-0000-0000-0000-000000000001")
         .env("FUNCTIONS_APP_ROOT_PATH", &app)
-        .stdin(Stdio::null())
-        .stdout(fs::File::create(&logs).unwrap())
-        .stderr(fs::File::create(out.path().join("handler.err")).unwrap());
-    let mut handler = Handler(cmd.spawn().expect("start the packaged binary"));
+        .stdin(Stdio::null());
 
-    let started = Instant::now();
-    let ready_status = loop {
-        if let Some(status) = http_get_status(port, "/") {
-            break status;
-        }
-        if let Some(exit) = handler.0.try_wait().unwrap() {
-            panic!(
-                "handler exited ({exit}) before answering GET /\nstdout:\n{}\nstderr:\n{}",
-                log_tail(&logs),
-                log_tail(&out.path().join("handler.err"))
+    let mut attempts = 0;
+    let (port, ready_status, started, _handler) = 'start: loop {
+        // Like the host, hand over a port found free; another process can take it before the
+        // handler binds it (the handler then exits naming it): pick another.
+        let port = free_port();
+        cmd.env(settings::CUSTOMHANDLER_PORT, port.to_string())
+            .env("FUNCTIONS_HTTPWORKER_PORT", port.to_string())
+            .stdout(fs::File::create(&logs).unwrap())
+            .stderr(fs::File::create(&errs).unwrap());
+        let mut handler = Handler(cmd.spawn().expect("start the packaged binary"));
+        let started = Instant::now();
+        loop {
+            if let Some(status) = http_get_status(port, "/") {
+                break 'start (port, status, started, handler);
+            }
+            if let Some(exit) = handler.0.try_wait().unwrap() {
+                if attempts < 3 && log_tail(&errs).contains(&format!("binding 127.0.0.1:{port}")) {
+                    attempts += 1;
+                    continue 'start;
+                }
+                panic!(
+                    "handler exited ({exit}) before answering GET /\nstdout:\n{}\nstderr:\n{}",
+                    log_tail(&logs),
+                    log_tail(&errs)
+                );
+            }
+            assert!(
+                started.elapsed() < READY_TIMEOUT,
+                "handler not ready within {READY_TIMEOUT:?} (the host would restart it)\nstderr:\n{}",
+                log_tail(&errs)
             );
+            std::thread::sleep(POLL_INTERVAL);
         }
-        assert!(
-            started.elapsed() < READY_TIMEOUT,
-            "handler not ready within {READY_TIMEOUT:?} (the host would restart it)\nstderr:\n{}",
-            log_tail(&out.path().join("handler.err"))
-        );
-        std::thread::sleep(POLL_INTERVAL);
     };
     println!("handler answered GET / with {ready_status} after {:?}", started.elapsed());
 

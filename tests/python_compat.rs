@@ -15,11 +15,13 @@
 //!   plus `table-catalog verify`. 1.5-3 minutes in a debug build on 2 cores (load-dependent).
 //!
 //! They run only when `TC_TEST_AZURE_CONNECTION` is set (`scripts/test.sh` does it; by hand:
-//! `source scripts/azurite.sh start`). Without it they print that they are skipped, except
-//! under `CI`, where they fail. The Python side needs no manual step: the tests run
+//! `source scripts/azurite.sh start`). Without it they print a `SKIPPED:` line (see
+//! `tests/common/skip.rs`; `scripts/test.sh` fails on it), and fail under `CI`. The Python side needs no manual step: the tests run
 //! `scripts/python_env.sh`, which creates `.venv-ref/` with the pinned packages on first use.
 //! Helper scripts: `tests/python/ref_catalog.py` (drives the reference) and
 //! `tests/python/check_keys.py` (the independent key check).
+
+mod common;
 
 use std::collections::BTreeMap;
 use std::io::Write as _;
@@ -38,7 +40,6 @@ use table_catalog::schema::Schema;
 use table_catalog::store::{Entity, RowRange, Value as Prop};
 use table_catalog::wal::{Op, WalEntry, WalId, SHARD};
 
-const ENV: &str = "TC_TEST_AZURE_CONNECTION";
 const INDEX_KEYS: [&str; 3] = ["icao", "iata", "lid"];
 const ROW_KEY: &str = "name";
 
@@ -46,20 +47,9 @@ const ROW_KEY: &str = "name";
 // Setup
 // ---------------------------------------------------------------------------------------
 
-/// The Azurite connection string, or `None` (test skipped) when it is not set outside CI.
+/// The Azurite connection string, or `None` after reporting `test` as skipped.
 fn azurite(test: &str) -> Option<String> {
-    match std::env::var(ENV) {
-        Ok(s) if !s.trim().is_empty() => Some(s),
-        _ if std::env::var_os("CI").is_some() => {
-            panic!(
-                "{ENV} is not set but CI is: run scripts/test.sh, or `source scripts/azurite.sh start` (test {test})"
-            )
-        }
-        _ => {
-            eprintln!("test {test} skipped: {ENV} is not set (run `source scripts/azurite.sh start` first)");
-            None
-        }
-    }
+    common::skip::azurite(test)
 }
 
 macro_rules! azurite_or_skip {

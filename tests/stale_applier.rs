@@ -2,6 +2,11 @@
 //! fan-out, another applier takes the shard over and applies newer writes, then the stale
 //! holder wakes up and finishes its (older) writes. Fencing by WAL id must make those writes
 //! lose: no old payload comes back, no deleted record is resurrected.
+//!
+//! The freeze is a [`Fault::Hold`]: the holder's row write waits until the test opens the
+//! gate, so the takeover happens inside the freeze on any machine. Each test asserts that
+//! the scenario happened (the holder was frozen mid-fan-out while the other applier took the
+//! shard over and applied, and its stale write went out afterwards); otherwise it fails.
 #![cfg(feature = "fault-injection")]
 
 mod common;
@@ -14,7 +19,7 @@ use table_catalog::catalog::{Catalog, CatalogOptions};
 use table_catalog::config::Names;
 use table_catalog::query::Filter;
 use table_catalog::record::Record;
-use table_catalog::store::fault::{Fault, FaultStore, OpKind, Rule, Trigger};
+use table_catalog::store::fault::{Fault, FaultStore, Gate, OpKind, Rule, Trigger};
 use table_catalog::store::Store;
 use table_catalog::verify;
 
@@ -23,6 +28,33 @@ fn jfk(v: u32) -> Record {
         .as_object()
         .cloned()
         .unwrap()
+}
+
+/// Longest wait for each step; only a broken applier reaches it.
+const DEADLINE: Duration = Duration::from_secs(60);
+
+/// Awaits `f`, failing with `what` after [`DEADLINE`].
+async fn within<T>(what: &str, f: impl std::future::Future<Output = T>) -> T {
+    tokio::time::timeout(DEADLINE, f).await.unwrap_or_else(|_| panic!("{what}: not within {DEADLINE:?}"))
+}
+
+/// Freezes the `n`-th row insert into the catalog table until the returned gate is opened.
+fn freeze_nth_row_insert(slow: &FaultStore, names: &Names, n: u64) -> Gate {
+    let gate = Gate::new();
+    slow.add(Rule::new(&[OpKind::Insert], Trigger::Nth(n), Fault::Hold(gate.clone())).on(&names.table));
+    gate
+}
+
+/// Applies with `y` until nothing is pending. `y` gets the shard once the frozen holder's
+/// lease (300 ms) has expired; until then `recover` finds the shard busy.
+async fn take_over_and_drain(y: &Catalog, what: &str) {
+    within(what, async {
+        while y.status().await.unwrap().pending > 0 {
+            y.recover().await.unwrap();
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
 }
 
 fn options() -> CatalogOptions {
@@ -53,22 +85,32 @@ async fn pair(backend: common::Backend, prefix: &str, opts: CatalogOptions) -> P
 async fn scenario(backend: common::Backend, then_delete: bool) {
     let Pair { inner, names, slow, x, y } = pair(backend, "stale", options()).await;
 
-    // X logs v=1 and starts applying it; its second row write freezes for longer than the lease.
+    // X logs v=1 and starts applying it; its second row write freezes.
     x.upsert(jfk(1), false).await.unwrap();
-    slow.add(Rule::new(&[OpKind::Insert], Trigger::Nth(2), Fault::Delay(Duration::from_millis(1500))).on(&names.table));
+    let gate = freeze_nth_row_insert(&slow, &names, 2);
     let stale = tokio::spawn({
         let x = x.clone();
         async move { x.recover().await }
     });
-    tokio::time::sleep(Duration::from_millis(600)).await;
+    within("X reaches its frozen row write", gate.reached(1)).await;
 
-    // Y takes over once X's lease has expired, and applies newer writes.
-    y.upsert(jfk(2), true).await.unwrap();
+    // Y applies newer writes while X is frozen: with `wait`, Y waits out X's lease (300 ms)
+    // and takes the shard over. X cannot apply them (it is stuck in the group of v=1), so
+    // seeing them applied now proves the takeover happened inside the freeze.
+    within("Y applies v=2", y.upsert(jfk(2), true)).await.unwrap();
     if then_delete {
-        y.delete(Filter::new(vec![("iata".into(), "JFK".into())]), true).await.unwrap();
+        within("Y applies the delete", y.delete(Filter::new(vec![("iata".into(), "JFK".into())]), true)).await.unwrap();
     }
+    let during = y.query_all(&Filter::new(vec![("lid".into(), "JFK".into())])).await.unwrap();
+    let want: Vec<Record> = if then_delete { vec![] } else { vec![jfk(2)] };
+    assert_eq!(during, want, "{backend:?}: Y's writes are applied while X is frozen");
+    assert_eq!(y.status().await.unwrap().pending, 0, "{backend:?}: Y drained the WAL while X is frozen");
+    assert_eq!(gate.state().passed, 0, "{backend:?}: X's write is still held");
+
     // X wakes up and finishes its stale fan-out.
-    let _ = stale.await.unwrap();
+    gate.open();
+    let _ = within("X finishes", stale).await.unwrap();
+    assert_eq!(gate.state().passed, 1, "{backend:?}: X's stale row write went out");
     y.recover().await.unwrap();
 
     let report = verify::verify(inner.as_ref(), &names.table, y.schema()).await.unwrap();
@@ -79,7 +121,6 @@ async fn scenario(backend: common::Backend, then_delete: bool) {
     } else {
         assert_eq!(found, vec![jfk(2)], "{backend:?}: a stale applier restored an old payload");
     }
-    assert!(slow.counts().1 >= 1, "the freeze was injected");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -109,38 +150,31 @@ async fn late_tombstone_scenario(backend: common::Backend) {
     let Pair { inner, names, slow, x, y } = pair(backend, "late", opts).await;
 
     // A backlog: an upsert and then a delete of the same record, both logged, neither
-    // applied, until their ids are older than the grace period.
+    // applied, until their ids are older than the grace period. (Time must pass here: the
+    // grace is measured on the wall clock. This waits for no other process.)
     x.upsert(jfk(1), false).await.unwrap();
     y.delete(Filter::new(vec![("icao".into(), "KJFK".into())]), false).await.unwrap();
     tokio::time::sleep(grace + Duration::from_millis(200)).await;
 
-    // X starts applying the upsert; its second row write freezes past its lease.
-    slow.add(Rule::new(&[OpKind::Insert], Trigger::Nth(2), Fault::Delay(Duration::from_millis(3000))).on(&names.table));
+    // X starts applying the upsert; its second row write freezes.
+    let gate = freeze_nth_row_insert(&slow, &names, 2);
     let stale = tokio::spawn({
         let x = x.clone();
         async move { x.recover().await }
     });
-    let deadline = std::time::Instant::now() + Duration::from_millis(2500);
-    while slow.counts().1 == 0 {
-        assert!(std::time::Instant::now() < deadline, "{backend:?}: X never reached the frozen write");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    tokio::time::sleep(Duration::from_millis(400)).await; // X's lease (300 ms) expires
+    within("X reaches its frozen row write", gate.reached(1)).await;
 
-    // Y takes over, applies both entries (the delete writes fresh tombstones with old ids)
-    // and sweeps while X is still frozen.
-    let deadline = std::time::Instant::now() + Duration::from_millis(1500);
-    while y.status().await.unwrap().pending > 0 {
-        assert!(std::time::Instant::now() < deadline, "{backend:?}: Y could not take the shard over");
-        y.recover().await.unwrap();
-    }
+    // Y takes over once X's lease has expired, applies both entries (the delete writes fresh
+    // tombstones with old ids) and sweeps, all while X is frozen.
+    take_over_and_drain(&y, &format!("{backend:?}: Y takes the shard over")).await;
     let swept = y.sweep().await.unwrap();
     assert_eq!(swept.tombstones_removed, 0, "{backend:?}: tombstones written just now were removed");
-    assert!(!stale.is_finished(), "{backend:?}: X woke up before Y swept; the scenario did not happen");
+    assert_eq!(gate.state().passed, 0, "{backend:?}: X's write is still held");
 
     // X wakes up and sends its stale row write.
-    let _ = stale.await.unwrap();
-    assert!(slow.counts().1 >= 1, "the freeze was injected");
+    gate.open();
+    let _ = within("X finishes", stale).await.unwrap();
+    assert_eq!(gate.state().passed, 1, "{backend:?}: X's stale row write went out");
     y.recover().await.unwrap();
     let report = verify::verify(inner.as_ref(), &names.table, y.schema()).await.unwrap();
     assert!(report.ok(), "{backend:?}: {:?}", report.violations);
@@ -149,7 +183,8 @@ async fn late_tombstone_scenario(backend: common::Backend) {
         assert!(found.is_empty(), "{backend:?}: the deleted record came back by {field}: {found:?}");
     }
 
-    // Once the grace period has passed since they were written, the tombstones go.
+    // Once the grace period has passed since they were written, the tombstones go. (Time
+    // must pass: the grace is measured on the wall clock.)
     tokio::time::sleep(grace + Duration::from_millis(200)).await;
     let swept = y.sweep().await.unwrap();
     assert_eq!(swept.tombstones_removed, 3, "{backend:?}: {swept:?}");
@@ -182,23 +217,22 @@ async fn lease_lost_mid_page_scenario(backend: common::Backend) {
     assert!(logged.iter().all(Result::is_ok));
 
     // The first group (64 records, 192 new rows) goes through; a row write of the second
-    // group freezes for longer than the lease.
-    slow.add(
-        Rule::new(&[OpKind::Insert], Trigger::Nth(200), Fault::Delay(Duration::from_millis(5000))).on(&names.table),
-    );
+    // group freezes.
+    let gate = freeze_nth_row_insert(&slow, &names, 200);
     let stale = tokio::spawn({
         let x = x.clone();
         async move { x.recover().await }
     });
-    let deadline = std::time::Instant::now() + Duration::from_millis(4000);
-    let mut pending = y.status().await.unwrap().pending;
-    while pending != 200 - 64 && std::time::Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        pending = y.status().await.unwrap().pending;
-    }
-    assert_eq!(pending, 200 - 64, "{backend:?}: the group applied before the freeze is still pending");
-    let _ = stale.await.unwrap();
-    assert!(slow.counts().1 >= 1, "the freeze was injected");
+    within("X reaches its frozen row write", gate.reached(1)).await;
+    // X removed the first group's entries before it started the second group.
+    assert_eq!(y.status().await.unwrap().pending, 200 - 64, "{backend:?}: the group applied before the freeze");
+
+    // X loses its lease while frozen: Y takes the shard over and applies the rest.
+    take_over_and_drain(&y, &format!("{backend:?}: Y takes the shard over")).await;
+    assert_eq!(gate.state().passed, 0, "{backend:?}: X's write is still held");
+    gate.open();
+    let _ = within("X finishes", stale).await.unwrap();
+    assert_eq!(gate.state().passed, 1, "{backend:?}: X's stale row write went out");
     y.recover().await.unwrap();
     assert_eq!(y.status().await.unwrap().pending, 0);
     let report = verify::verify(inner.as_ref(), &names.table, y.schema()).await.unwrap();

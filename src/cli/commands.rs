@@ -48,23 +48,30 @@ pub async fn run(cli: Cli) -> Result<ExitCode> {
     match command {
         Command::Serve { listen, import, sweep_interval } => {
             if let Some(file) = import {
-                import_file(&catalog, &file, None, import::DEFAULT_BATCH, false, false).await?;
+                import_file(&catalog, &file, None, import::DEFAULT_BATCH, false, Acks::Silent).await?;
             }
             let listener = tokio::net::TcpListener::bind(&listen).await.with_context(|| format!("binding {listen}"))?;
+            // The bound address, so `--listen 127.0.0.1:0` reports the port it got.
+            let address = listener.local_addr().map_or(listen, |a| a.to_string());
             let names = catalog.names();
-            tracing::info!(address = %listen, table = %names.table, wal = %names.wal_table, queue = %names.queue, backend = ?config.backend, "serving");
-            eprintln!("table-catalog listening on http://{listen} (catalog '{}'); Ctrl-C to stop", names.table);
+            tracing::info!(%address, table = %names.table, wal = %names.wal_table, queue = %names.queue, backend = ?config.backend, "serving");
+            eprintln!("table-catalog listening on http://{address} (catalog '{}'); Ctrl-C to stop", names.table);
             let opts =
                 ServeOptions { sweep_interval: Duration::from_secs(sweep_interval.max(1)), ..ServeOptions::default() };
             server::serve(catalog, listener, opts, server::shutdown_signal()).await?;
         }
         Command::Handler => {} // served above, before the catalog is opened
-        Command::Import { file, batch, format, no_apply, print_acks } => {
+        Command::Import { file, batch, format, no_apply, print_acks, ack_gate } => {
             let format = format.map(|f| match f {
                 FormatArg::Csv => Format::Csv,
                 FormatArg::Jsonl => Format::JsonLines,
             });
-            let summary = import_file(&catalog, &file, format, batch, no_apply, print_acks).await?;
+            let acks = match (print_acks, ack_gate) {
+                (false, _) => Acks::Silent,
+                (true, false) => Acks::Print,
+                (true, true) => Acks::Gated(stdin_lines()),
+            };
+            let summary = import_file(&catalog, &file, format, batch, no_apply, acks).await?;
             if summary.logged == 0 && summary.read > 0 {
                 return Ok(ExitCode::FAILURE);
             }
@@ -134,35 +141,73 @@ fn parse_filters(filters: &[String]) -> Result<Filter> {
     Ok(Filter::new(fields))
 }
 
-/// Imports a file, applying as it goes (unless `no_apply`), with a progress bar and a summary.
+/// How an import reports acknowledgements (for the crash tests; hidden flags).
+enum Acks {
+    Silent,
+    /// `acked N` on stdout after each batch.
+    Print,
+    /// Like `Print`, but each line waits for a line on stdin first (none: stop waiting).
+    Gated(tokio::sync::mpsc::Receiver<()>),
+}
+
+/// One message per line of stdin, read on a plain thread (stdin reads block); the channel
+/// closes at the end of input.
+fn stdin_lines() -> tokio::sync::mpsc::Receiver<()> {
+    let (tx, rx) = tokio::sync::mpsc::channel(1);
+    std::thread::spawn(move || {
+        use std::io::BufRead as _;
+        for line in std::io::stdin().lock().lines() {
+            if line.is_err() || tx.blocking_send(()).is_err() {
+                return;
+            }
+        }
+    });
+    rx
+}
+
+/// Imports a file, streaming it, applying as it goes (unless `no_apply`), with a progress
+/// counter and a summary.
 async fn import_file(
     catalog: &Arc<Catalog>,
     file: &Path,
     format: Option<Format>,
     batch: usize,
     no_apply: bool,
-    print_acks: bool,
+    mut acks: Acks,
 ) -> Result<import::Summary> {
     let started = Instant::now();
     let format = format.unwrap_or_else(|| Format::from_path(file));
-    let rows = import::read_file(file, format, catalog.schema())?;
-    let bar = ProgressBar::new(rows.len() as u64);
+    let mut rows = import::RowStream::open(file, format, catalog.schema());
+    let bar = ProgressBar::new_spinner();
     bar.set_style(
-        ProgressStyle::with_template("{spinner} importing [{bar:40}] {pos}/{len} records ({per_sec}, eta {eta})")
-            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+        ProgressStyle::with_template("{spinner} importing: {pos} records ({per_sec})")
+            .unwrap_or_else(|_| ProgressStyle::default_spinner()),
     );
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let worker =
         (!no_apply).then(|| tokio::spawn(server::run_worker(catalog.clone(), ServeOptions::default(), stop_rx)));
-    let summary = import::import_rows(catalog, rows, batch, |done| {
-        bar.set_position(done as u64);
-        if print_acks {
-            use std::io::Write as _;
-            let mut out = std::io::stdout().lock();
-            let _ = writeln!(out, "acked {done}");
-            let _ = out.flush();
+    let summary = async {
+        let mut importer = import::Importer::new(catalog);
+        loop {
+            let chunk = rows.next_chunk(batch).await?;
+            if chunk.is_empty() {
+                return Ok::<_, table_catalog::Error>(importer.finish());
+            }
+            let done = importer.log(chunk).await?;
+            bar.set_position(done as u64);
+            if let Acks::Gated(gate) = &mut acks {
+                if gate.recv().await.is_none() {
+                    acks = Acks::Print;
+                }
+            }
+            if !matches!(acks, Acks::Silent) {
+                use std::io::Write as _;
+                let mut out = std::io::stdout().lock();
+                let _ = writeln!(out, "acked {done}");
+                let _ = out.flush();
+            }
         }
-    })
+    }
     .await;
     bar.finish_and_clear();
     let _ = stop_tx.send(true);

@@ -67,7 +67,7 @@ pub enum DurabilityArg {
 pub enum Command {
     /// Run the whole system: HTTP API, queue worker and sweeper.
     Serve {
-        /// Address to listen on.
+        /// Address to listen on (port 0: any free port; the bound address is printed on stderr).
         #[arg(long, env = "TABLE_CATALOG_LISTEN", default_value = "127.0.0.1:7071")]
         listen: String,
         /// Import this file (CSV or JSON lines) before serving.
@@ -96,6 +96,11 @@ pub enum Command {
         /// Print `acked N` on stdout each time the first N rows are durable (for crash tests).
         #[arg(long, hide = true)]
         print_acks: bool,
+        /// With --print-acks: before each `acked` line, wait for one line on stdin (end of input
+        /// stops the waiting), so a crash test can stop the import after exactly N
+        /// acknowledgements, while it is still logging.
+        #[arg(long, hide = true, requires = "print_acks")]
+        ack_gate: bool,
     },
     /// Print the records matching field=value filters, one JSON object per line.
     Query {

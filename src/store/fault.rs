@@ -6,7 +6,8 @@
 //! reproducible from its seed. A fault can fail the call before it reaches the store (any
 //! [`StoreError`], e.g. 409/412/500/503), let it commit and then fail the response (the
 //! caller sees an error for a write that happened), add latency, or freeze the caller long
-//! enough for its lease to expire while it still works.
+//! enough for its lease to expire while it still works (for a fixed time, or until the test
+//! opens a [`Gate`]).
 //!
 //! The wrapper also records every committed WAL-entry write (table and entity), so a checker
 //! can know exactly which operations were logged even when the caller saw an error.
@@ -33,6 +34,60 @@ pub enum Fault {
     CommitThenFail(StoreError),
     /// Wait, then call the store.
     Delay(Duration),
+    /// Wait until the gate is opened, then call the store: a freeze that lasts exactly as long
+    /// as the test needs, whatever the machine's speed.
+    Hold(Gate),
+}
+
+/// A gate for [`Fault::Hold`]: closed until [`Gate::open`]; tells when a call reached it.
+#[derive(Debug, Clone)]
+pub struct Gate(Arc<tokio::sync::watch::Sender<GateState>>);
+
+/// Calls that reached a [`Gate`], and whether it is open.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct GateState {
+    /// Calls that reached the gate so far.
+    pub arrived: u64,
+    /// Calls that went through it so far.
+    pub passed: u64,
+    /// Open: held calls go on, later ones pass at once.
+    pub open: bool,
+}
+
+impl Default for Gate {
+    fn default() -> Self {
+        Gate(Arc::new(tokio::sync::watch::Sender::new(GateState::default())))
+    }
+}
+
+impl Gate {
+    /// A closed gate.
+    pub fn new() -> Gate {
+        Gate::default()
+    }
+
+    /// Opens the gate: held calls go on.
+    pub fn open(&self) {
+        self.0.send_modify(|s| s.open = true);
+    }
+
+    /// The current state.
+    pub fn state(&self) -> GateState {
+        *self.0.borrow()
+    }
+
+    /// Resolves once `n` calls have reached the gate (held there while it is closed).
+    pub async fn reached(&self, n: u64) {
+        let mut rx = self.0.subscribe();
+        let _ = rx.wait_for(|s| s.arrived >= n).await;
+    }
+
+    async fn pass(&self) {
+        let mut rx = self.0.subscribe();
+        self.0.send_modify(|s| s.arrived += 1);
+        let _ = rx.wait_for(|s| s.open).await;
+        self.0.send_modify(|s| s.passed += 1);
+    }
 }
 
 /// When a rule fires.
@@ -175,6 +230,10 @@ impl FaultStore {
             }
             Some(Fault::Delay(d)) => {
                 tokio::time::sleep(d).await;
+                call.await
+            }
+            Some(Fault::Hold(gate)) => {
+                gate.pass().await;
                 call.await
             }
         }

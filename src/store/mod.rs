@@ -24,6 +24,7 @@ pub mod fault;
 pub mod layer;
 pub mod local;
 pub mod op;
+pub mod pager;
 pub mod sim;
 pub mod value;
 

@@ -8,8 +8,8 @@
 //!    resolve their filter now, against live rows and their own tombstones (so a retry after
 //!    a crash finds the same records), record their tombstones in the tombstone index, then
 //!    write the tombstones and (replace) the new record.
-//! 3. After each group (a run of up to 64 upserts, or one replace or delete), remove its
-//!    entries from the pending partition and advance the checkpoint, so a lost lease or a
+//! 3. After each group (a run of up to 64 upserts, or one replace or delete), advance the
+//!    checkpoint and then remove its entries from the pending partition, so a lost lease or a
 //!    crash costs at most the group in flight.
 //!
 //! Fencing: every catalog row carries the id of the entry that last wrote it
@@ -27,12 +27,12 @@ use futures::{StreamExt, TryStreamExt};
 
 use super::id::now_micros;
 use super::lease::Lease;
-use super::{Op, Wal, WalEntry, WalId, DEAD, SHARD, TOMBSTONES};
+use super::{Op, Wal, WalEntry, WalId, DEAD, PENDING_BEFORE, SHARD, TOMBSTONES};
 use crate::error::{Error, Result};
 use crate::faults;
 use crate::query::Filter;
 use crate::record::{self, Record, RowMeta};
-use crate::store::{BatchOp, Entity, IfMatch, StoreError, Value, MAX_BATCH_OPS, MAX_PAGE};
+use crate::store::{pager, BatchOp, Entity, IfMatch, RowRange, StoreError, Value, MAX_BATCH_OPS, MAX_PAGE};
 
 /// What an apply pass did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -60,20 +60,28 @@ enum RowWrite<'a> {
 
 /// Longest run of upserts applied together.
 const UPSERT_RUN: usize = 64;
+/// Pending entries read per request while draining (two groups of upserts).
+pub const DRAIN_PAGE: usize = 2 * UPSERT_RUN;
 
 impl Wal {
-    /// Applies every pending entry, unless another applier holds the shard's lease.
+    /// Applies every pending entry, unless another applier holds the shard's lease; stops
+    /// at a page boundary after [`super::WalOptions::apply_budget`].
     pub async fn apply_pending(&self) -> Result<DrainOutcome> {
+        self.apply_pending_by(std::time::Instant::now() + self.opts.apply_budget).await
+    }
+
+    /// Like [`Wal::apply_pending`], but stops at the first page boundary past `deadline`
+    /// ([`DrainOutcome::Partial`]); a page is at most [`DRAIN_PAGE`] entries.
+    pub async fn apply_pending_by(&self, deadline: std::time::Instant) -> Result<DrainOutcome> {
         let Ok(_guard) = self.apply_lock.try_lock() else {
             return Ok(DrainOutcome::Busy);
         };
         let mut applied = 0;
-        let started = std::time::Instant::now();
         loop {
             let Some(mut lease) = self.acquire_lease().await? else {
                 return Ok(if applied > 0 { DrainOutcome::Drained { applied } } else { DrainOutcome::Busy });
             };
-            let result = self.drain(&mut lease, started).await;
+            let result = self.drain(&mut lease, deadline).await;
             self.release_lease(lease).await;
             match result? {
                 Some((n, false)) => applied += n,
@@ -88,16 +96,22 @@ impl Wal {
     }
 
     /// Applies pending entries page by page: `(applied, stopped at the budget)`, or `None`
-    /// when the lease was lost.
-    async fn drain(&self, lease: &mut Lease, started: std::time::Instant) -> Result<Option<(usize, bool)>> {
+    /// when the lease was lost. Pages of [`DRAIN_PAGE`] entries are read one ahead while the
+    /// current one is applied, so the first group starts after one short read and the
+    /// reads overlap the writes.
+    async fn drain(&self, lease: &mut Lease, deadline: std::time::Instant) -> Result<Option<(usize, bool)>> {
         let mut applied = 0;
+        let mut pages = self.prefetch_pending();
         loop {
             if !self.keep_lease(lease).await? {
                 return Ok(None);
             }
-            let page = self.pending_page(MAX_PAGE).await?;
-            if page.is_empty() {
+            let Some(page) = pages.recv().await else {
                 return Ok(Some((applied, false)));
+            };
+            let page = page?;
+            if page.is_empty() {
+                continue; // a short page with a continuation token
             }
             let mut entries = Vec::with_capacity(page.len());
             for e in &page {
@@ -110,10 +124,29 @@ impl Wal {
                 return Ok(None);
             }
             applied += page.len();
-            if started.elapsed() > self.opts.apply_budget {
+            if std::time::Instant::now() >= deadline {
                 return Ok(Some((applied, true)));
             }
         }
+    }
+
+    /// Reads the pending entries in id order, one page ahead of the consumer, in a task of
+    /// its own (it stops when the receiver is dropped). A page is `Err` once, then the
+    /// channel closes.
+    fn prefetch_pending(&self) -> tokio::sync::mpsc::Receiver<Result<Vec<Entity>>> {
+        let (tx, rx) = tokio::sync::mpsc::channel(1);
+        let (store, table) = (self.store.clone(), self.table.clone());
+        tokio::spawn(async move {
+            let range = RowRange { before: Some(PENDING_BEFORE.into()), ..RowRange::default() };
+            let mut pages = pager::pages(store.as_ref(), &table, SHARD, &range, DRAIN_PAGE);
+            while let Some(page) = pages.next().await {
+                let failed = page.is_err();
+                if tx.send(page.map(|p| p.entities).map_err(Error::from)).await.is_err() || failed {
+                    return;
+                }
+            }
+        });
+        rx
     }
 
     /// Applies entries in order, group by group, each group removed from the pending
@@ -146,12 +179,14 @@ impl Wal {
                     }
                 }
             }
-            faults::point("before_remove_applied")?;
-            self.remove_pending(group).await?;
+            // Checkpoint first, then remove: an entry that is no longer pending is then always
+            // at or below the checkpoint, so `wal_state` can tell applied from unknown.
             faults::point("before_checkpoint")?;
             if let Some(last) = group.iter().map(|e| &e.id).max() {
                 self.advance_checkpoint(last).await?;
             }
+            faults::point("before_remove_applied")?;
+            self.remove_pending(group).await?;
             i += group.len();
         }
         Ok(true)
@@ -170,7 +205,9 @@ impl Wal {
         self.write_rows(rows.into_iter().map(|((pk, rk), (id, rec))| (pk, rk, id, RowWrite::Live(rec))).collect()).await
     }
 
-    /// Replace or delete: resolve the filter, tombstone what it matched, write the new record.
+    /// Replace or delete: resolve the filter page by page, tombstoning what each page
+    /// matched (so memory stays bounded by a page, whatever the filter matches), then write
+    /// the new record.
     async fn apply_filtered(&self, entry: &WalEntry) -> Result<()> {
         let (filter, new_record) = match &entry.op {
             Op::Replace { filter, record } => (filter, Some(record)),
@@ -180,56 +217,57 @@ impl Wal {
         let new_keys = new_record.map(|r| self.schema.record_keys(r)).transpose()?;
         let new_rows: BTreeSet<(String, String)> =
             new_keys.iter().flat_map(|k| k.partitions.iter().map(|(_, pk)| (pk.clone(), k.row_key.clone()))).collect();
-        let matched = self.resolve(filter, &entry.id).await?;
-        let mut doomed: BTreeMap<(String, String), Record> = BTreeMap::new();
-        for (row_key, found_pk, rec) in matched {
-            let rows = match self.schema.record_keys(&rec) {
-                Ok(k) => k.partitions.into_iter().map(|(_, pk)| (pk, k.row_key.clone())).collect(),
-                // A row another client wrote that our schema cannot key: remove the row found.
-                Err(_) => vec![(found_pk, row_key)],
-            };
-            for row in rows {
-                if !new_rows.contains(&row) {
-                    doomed.insert(row, rec.clone());
-                }
-            }
-        }
-        self.index_tombstones(&entry.id, doomed.keys()).await?;
-        let mut writes: Vec<(String, String, &WalId, RowWrite<'_>)> = doomed
-            .iter()
-            .map(|((pk, rk), rec)| (pk.clone(), rk.clone(), &entry.id, RowWrite::Tombstone(rec)))
-            .collect();
-        if let Some(record) = new_record {
-            writes.extend(new_rows.iter().map(|(pk, rk)| (pk.clone(), rk.clone(), &entry.id, RowWrite::Live(record))));
-        }
-        self.write_rows(writes).await
-    }
-
-    /// The records a filter addresses for entry `id`: live matching rows, plus rows this same
-    /// entry already turned into tombstones (a re-application after a crash). Returns
-    /// (RowKey, PartitionKey read, record).
-    async fn resolve(&self, filter: &Filter, id: &WalId) -> Result<Vec<(String, String, Record)>> {
         let pk = filter.partition_key()?;
         let range = filter.row_range();
-        let mut out = Vec::new();
-        let mut token: Option<String> = None;
-        loop {
-            let page = self.store.query_partition(&self.catalog_table, &pk, &range, MAX_PAGE, token.as_deref()).await?;
-            for e in &page.entities {
-                let meta = RowMeta::of(e);
-                if (meta.deleted && meta.wal_id != id.as_str()) || !filter.in_sort_range(&e.row_key) {
-                    continue;
-                }
-                let rec = record::payload(e, &meta);
-                if filter.matches(&rec) {
-                    out.push((e.row_key.clone(), pk.clone(), rec));
+        let mut pages = pager::pages(self.store.as_ref(), &self.catalog_table, &pk, &range, MAX_PAGE);
+        while let Some(page) = pages.try_next().await? {
+            let mut doomed: BTreeMap<(String, String), Record> = BTreeMap::new();
+            for (row_key, rec) in self.matches(filter, &entry.id, &page.entities) {
+                let rows = match self.schema.record_keys(&rec) {
+                    Ok(k) => k.partitions.into_iter().map(|(_, pk)| (pk, k.row_key.clone())).collect(),
+                    // A row another client wrote that our schema cannot key: remove the row found.
+                    Err(_) => vec![(pk.clone(), row_key)],
+                };
+                for row in rows {
+                    if !new_rows.contains(&row) {
+                        doomed.insert(row, rec.clone());
+                    }
                 }
             }
-            match page.continuation {
-                Some(t) => token = Some(t),
-                None => return Ok(out),
+            if doomed.is_empty() {
+                continue;
+            }
+            self.index_tombstones(&entry.id, doomed.keys()).await?;
+            let writes = doomed
+                .iter()
+                .map(|((pk, rk), rec)| (pk.clone(), rk.clone(), &entry.id, RowWrite::Tombstone(rec)))
+                .collect();
+            self.write_rows(writes).await?;
+        }
+        if let Some(record) = new_record {
+            let writes =
+                new_rows.iter().map(|(pk, rk)| (pk.clone(), rk.clone(), &entry.id, RowWrite::Live(record))).collect();
+            self.write_rows(writes).await?;
+        }
+        Ok(())
+    }
+
+    /// The records of one page of the filter's partition that the filter addresses for
+    /// entry `id`: live matching rows, plus rows this same entry already turned into
+    /// tombstones (a re-application after a crash). Returns (RowKey, record).
+    fn matches(&self, filter: &Filter, id: &WalId, entities: &[Entity]) -> Vec<(String, Record)> {
+        let mut out = Vec::new();
+        for e in entities {
+            let meta = RowMeta::of(e);
+            if (meta.deleted && meta.wal_id != id.as_str()) || !filter.in_sort_range(&e.row_key) {
+                continue;
+            }
+            let rec = record::payload(e, &meta);
+            if filter.matches(&rec) {
+                out.push((e.row_key.clone(), rec));
             }
         }
+        out
     }
 
     /// Records the tombstones entry `id` is about to write, so the sweeper can find them.
@@ -279,30 +317,57 @@ impl Wal {
         faults::point("after_fanout_row")
     }
 
+    /// The fenced write: a new row costs one insert; a row this process saw before costs one
+    /// conditional replace (see [`super::row_cache`]); otherwise insert, 409, read, replace.
     async fn put_row_fenced(&self, entity: &Entity, id: &str) -> Result<()> {
         let table = &self.catalog_table;
+        let (pk, rk) = (&entity.partition_key, &entity.row_key);
+        if let Some((tag, seen)) = self.rows.get(pk, rk) {
+            if seen.as_str() >= id {
+                return Ok(()); // written by this entry already, or by a newer one
+            }
+            match self.store.replace(table, entity, &IfMatch::Etag(tag)).await {
+                Ok(tag) => {
+                    self.rows.put(pk, rk, tag, id);
+                    return Ok(());
+                }
+                Err(StoreError::PreconditionFailed(_) | StoreError::NotFound(_)) => self.rows.forget(pk, rk),
+                Err(e) => return Err(e.into()),
+            }
+        }
         match self.store.insert(table, entity).await {
-            Ok(_) => return Ok(()),
+            Ok(tag) => {
+                self.rows.put(pk, rk, tag, id);
+                return Ok(());
+            }
             Err(StoreError::AlreadyExists(_)) => {}
             Err(e) => return Err(e.into()),
         }
         loop {
-            let Some(current) = self.store.get(table, &entity.partition_key, &entity.row_key).await? else {
+            let Some(current) = self.store.get(table, pk, rk).await? else {
                 match self.store.insert(table, entity).await {
-                    Ok(_) => return Ok(()),
+                    Ok(tag) => {
+                        self.rows.put(pk, rk, tag, id);
+                        return Ok(());
+                    }
                     Err(StoreError::AlreadyExists(_)) => continue,
                     Err(e) => return Err(e.into()),
                 }
             };
-            if RowMeta::of(&current).wal_id.as_str() >= id {
-                return Ok(()); // written by this entry already, or by a newer one
-            }
             let tag = current
                 .etag
                 .clone()
                 .ok_or_else(|| Error::Store(StoreError::Other("row read without an ETag".into())))?;
+            let current_id = RowMeta::of(&current).wal_id;
+            if current_id.as_str() >= id {
+                self.rows.put(pk, rk, tag, &current_id);
+                return Ok(()); // written by this entry already, or by a newer one
+            }
             match self.store.replace(table, entity, &IfMatch::Etag(tag)).await {
-                Ok(_) => return Ok(()),
+                Ok(tag) => {
+                    self.rows.put(pk, rk, tag, id);
+                    return Ok(());
+                }
                 Err(StoreError::PreconditionFailed(_) | StoreError::NotFound(_)) => continue,
                 Err(e) => return Err(e.into()),
             }

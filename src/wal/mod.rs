@@ -5,7 +5,7 @@
 //! - `wal` / [`WalId`]: pending entries ([`entry`]). An entry is removed once applied.
 //! - `wal` / `intent:{message}`: marks a queue intent as logged (see [`Wal::append_intent`]).
 //! - `metadata` / `checkpoint`: the last applied WAL id, property `datetime` (as the reference).
-//! - `metadata` / `clock-wal`: the id high-water mark ([`id`]).
+//! - `metadata` / `clock-{owner}`: the highest id timestamp each process handed out ([`clock`]).
 //! - `metadata` / `lease-wal`: the applier lease ([`lease`]).
 //! - `metadata` / `schema`: the catalog schema, stored on first use.
 //! - `tombstones` / `{WalId}_{hash}`: tombstones written by deletes, for the sweeper.
@@ -15,10 +15,13 @@
 //! The protocol (apply order, fencing, recovery) is in [`apply`]; periodic maintenance in
 //! [`sweep`].
 
+pub mod append;
 pub mod apply;
+pub mod clock;
 pub mod entry;
 pub mod id;
 pub mod lease;
+pub mod row_cache;
 pub mod sweep;
 
 pub use entry::{Op, WalEntry};
@@ -28,11 +31,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::error::{Error, Result};
-use crate::faults;
 use crate::schema::Schema;
-use crate::store::{
-    BatchOp, ETag, Entity, IfMatch, RowRange, Store, StoreError, Value, MAX_BATCH_BYTES, MAX_BATCH_OPS,
-};
+use crate::store::{ETag, Entity, IfMatch, RowRange, Store, StoreError, Value};
 
 /// The single shard's PartitionKey. (The layout allows `wal-00`.. shards later.)
 pub const SHARD: &str = "wal";
@@ -94,8 +94,10 @@ pub struct Wal {
     pub(crate) owner: String,
     /// One applier per process at a time.
     pub(crate) apply_lock: tokio::sync::Mutex<()>,
-    /// Serialises id allocation in this process and caches the clock row.
-    clock: tokio::sync::Mutex<Option<(ETag, i64)>>,
+    /// Group-commit appender and id clock of this process.
+    pub(crate) appender: append::Appender,
+    /// Catalog rows this process last wrote or read (ETag, WAL id), for one-request updates.
+    pub(crate) rows: row_cache::RowCache,
 }
 
 impl std::fmt::Debug for Wal {
@@ -111,15 +113,19 @@ fn is_conflict(e: &StoreError) -> bool {
 impl Wal {
     /// A WAL over `table` for the catalog table `catalog_table`. Call [`Wal::init`] before use.
     pub fn new(store: Arc<dyn Store>, table: String, catalog_table: String, schema: Schema, opts: WalOptions) -> Wal {
+        let owner = uuid::Uuid::new_v4().to_string();
+        let clock = clock::Clock::new(&owner, opts.clock_skew_us);
+        let appender = append::Appender::new(store.clone(), table.clone(), clock);
         Wal {
             store,
             table,
             catalog_table,
             schema,
             opts,
-            owner: uuid::Uuid::new_v4().to_string(),
+            owner,
             apply_lock: tokio::sync::Mutex::new(()),
-            clock: tokio::sync::Mutex::new(None),
+            appender,
+            rows: row_cache::RowCache::default(),
         }
     }
 
@@ -151,124 +157,6 @@ impl Wal {
         Ok(())
     }
 
-    /// Allocates `n` consecutive ids, each larger than every id allocated before (see [`id`]).
-    pub async fn allocate(&self, n: usize) -> Result<Vec<WalId>> {
-        let mut cached = self.clock.lock().await;
-        let row = format!("clock-{SHARD}");
-        let mut attempt = 0u32;
-        loop {
-            let (etag, last) = match cached.take() {
-                Some(c) => (Some(c.0), c.1),
-                None => match self.store.get(&self.table, METADATA, &row).await? {
-                    Some(e) => {
-                        let last = match e.properties.get("last") {
-                            Some(Value::Int64(v)) => *v,
-                            _ => 0,
-                        };
-                        (e.etag, last)
-                    }
-                    None => (None, 0),
-                },
-            };
-            let start = (id::now_micros() + self.opts.clock_skew_us).max(last + 1);
-            let new_last = start + n as i64 - 1;
-            let e = Entity::new(METADATA, row.as_str()).with("last", Value::Int64(new_last));
-            let written = match &etag {
-                Some(tag) => self.store.replace(&self.table, &e, &IfMatch::Etag(tag.clone())).await,
-                None => self.store.insert(&self.table, &e).await,
-            };
-            match written {
-                Ok(tag) => {
-                    *cached = Some((tag, new_last));
-                    return Ok((0..n as i64).map(|i| WalId::new(start + i, uuid::Uuid::new_v4())).collect());
-                }
-                Err(e) if is_conflict(&e) && attempt < 1000 => {
-                    attempt += 1;
-                    tokio::time::sleep(Duration::from_micros(
-                        rand::random::<u64>() % (200 * attempt.min(50) as u64 + 1),
-                    ))
-                    .await;
-                }
-                Err(e) => return Err(e.into()),
-            }
-        }
-    }
-
-    /// Logs operations durably and returns their ids, in order. Entries are written in entity
-    /// group transactions of up to 100 entries (and 4 MiB); when this returns `Ok`, every
-    /// entry is durable. On `Err` some batches may have been written; they will be applied.
-    pub async fn append(&self, ops: Vec<Op>) -> Result<Vec<WalId>> {
-        if ops.is_empty() {
-            return Ok(Vec::new());
-        }
-        let ids = self.allocate(ops.len()).await?;
-        let entities: Vec<Entity> =
-            ids.iter().zip(ops).map(|(id, op)| WalEntry { id: id.clone(), op }.to_entity(SHARD)).collect();
-        for group in batches(&entities) {
-            self.write_entries(group).await?;
-        }
-        faults::point("after_wal_write")?;
-        Ok(ids)
-    }
-
-    async fn write_entries(&self, group: &[Entity]) -> Result<()> {
-        let result = if let [single] = group {
-            self.store.insert(&self.table, single).await.map(|_| ())
-        } else {
-            let ops: Vec<BatchOp> = group.iter().cloned().map(BatchOp::Insert).collect();
-            self.store.batch(&self.table, SHARD, &ops).await.map(|_| ())
-        };
-        match result {
-            // Ids are unique, so an existing entry is ours (a retried request that had
-            // committed) or already applied and removed; either way it is durable.
-            Err(StoreError::AlreadyExists(_)) => Ok(()),
-            Err(StoreError::BatchFailed { source, .. }) if matches!(*source, StoreError::AlreadyExists(_)) => {
-                for e in group {
-                    match self.store.insert(&self.table, e).await {
-                        Ok(_) | Err(StoreError::AlreadyExists(_)) => {}
-                        Err(err) => return Err(err.into()),
-                    }
-                }
-                Ok(())
-            }
-            other => Ok(other?),
-        }
-    }
-
-    /// Logs an operation that arrived as queue message `message_id`, once: a redelivered
-    /// message returns the id it was first logged under. The entry and its marker are
-    /// written in one entity group transaction.
-    pub async fn append_intent(&self, op: Op, message_id: &str) -> Result<WalId> {
-        let marker_key = intent_marker_key(message_id);
-        if let Some(id) = self.intent_logged(&marker_key).await? {
-            return Ok(id);
-        }
-        let id = self.allocate(1).await?.remove(0);
-        let entry = WalEntry { id: id.clone(), op }.to_entity(SHARD);
-        let marker = Entity::new(SHARD, marker_key.as_str())
-            .with("id", Value::String(id.to_string()))
-            .with("at", Value::Int64(id::now_micros()));
-        match self.store.batch(&self.table, SHARD, &[BatchOp::Insert(entry), BatchOp::Insert(marker)]).await {
-            Ok(_) => Ok(id),
-            Err(StoreError::BatchFailed { .. }) => {
-                // Logged meanwhile by another delivery of the same message (or by a retried
-                // request of ours that committed).
-                self.intent_logged(&marker_key).await?.ok_or_else(|| {
-                    Error::Store(StoreError::Other("intent batch failed but no marker was written".into()))
-                })
-            }
-            Err(e) => Err(e.into()),
-        }
-    }
-
-    async fn intent_logged(&self, marker_key: &str) -> Result<Option<WalId>> {
-        Ok(self
-            .store
-            .get(&self.table, SHARD, marker_key)
-            .await?
-            .and_then(|m| m.str("id").map(|s| WalId::from_stored(s.to_string()))))
-    }
-
     /// Up to `limit` pending entries (raw entities) in id order.
     pub async fn pending_page(&self, limit: usize) -> Result<Vec<Entity>> {
         let range = RowRange { before: Some(PENDING_BEFORE.into()), ..RowRange::default() };
@@ -297,26 +185,31 @@ impl Wal {
             .and_then(|e| e.str("datetime").map(|s| WalId::from_stored(s.to_string()))))
     }
 
-    /// Moves the checkpoint forward to `id` (never backwards).
+    /// Moves the checkpoint forward to `id` (never backwards): read, then replace under the
+    /// ETag. A concurrent applier's move makes the swap fail with 412; it is retried with
+    /// capped exponential backoff and jitter (10 attempts, 2 ms to 200 ms), and a checkpoint
+    /// found at or past `id` ends it.
     pub async fn advance_checkpoint(&self, id: &WalId) -> Result<()> {
-        loop {
+        use backon::{ExponentialBuilder, Retryable};
+        let attempt = || async {
             let cur = self.store.get(&self.table, METADATA, "checkpoint").await?;
             let e = Entity::new(METADATA, "checkpoint").with("datetime", Value::String(id.to_string()));
             let r = match &cur {
                 Some(c) if c.str("datetime").is_some_and(|d| d >= id.as_str()) => return Ok(()),
                 Some(c) => {
-                    self.store
-                        .replace(&self.table, &e, &IfMatch::Etag(c.etag.clone().unwrap_or(ETag(String::new()))))
-                        .await
+                    let tag = c.etag.clone().unwrap_or(ETag(String::new()));
+                    self.store.replace(&self.table, &e, &IfMatch::Etag(tag)).await
                 }
                 None => self.store.insert(&self.table, &e).await,
             };
-            match r {
-                Ok(_) => return Ok(()),
-                Err(e) if is_conflict(&e) => continue,
-                Err(e) => return Err(e.into()),
-            }
-        }
+            r.map(|_| ())
+        };
+        let backoff = ExponentialBuilder::default()
+            .with_min_delay(Duration::from_millis(2))
+            .with_max_delay(Duration::from_millis(200))
+            .with_max_times(10)
+            .with_jitter();
+        Ok(attempt.retry(backoff).when(is_conflict).await?)
     }
 
     /// Why entry `id` was moved to the dead partition, if it was.
@@ -356,42 +249,9 @@ pub fn intent_marker_key(message_id: &str) -> String {
     }
 }
 
-/// Splits entities into groups that fit one entity group transaction.
-fn batches(entities: &[Entity]) -> Vec<&[Entity]> {
-    let mut out = Vec::new();
-    let mut start = 0;
-    let mut bytes = 0;
-    for (i, e) in entities.iter().enumerate() {
-        let size = e.stored_size() + 1024; // + per-operation MIME overhead
-        if i > start && (i - start == MAX_BATCH_OPS || bytes + size > MAX_BATCH_BYTES - 64 * 1024) {
-            out.push(&entities[start..i]);
-            start = i;
-            bytes = 0;
-        }
-        bytes += size;
-    }
-    if start < entities.len() {
-        out.push(&entities[start..]);
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn batches_respect_count_and_size() {
-        let small: Vec<Entity> = (0..250).map(|i| Entity::new("wal", format!("{i}"))).collect();
-        let sizes: Vec<usize> = batches(&small).iter().map(|b| b.len()).collect();
-        assert_eq!(sizes, [100, 100, 50]);
-        let big: Vec<Entity> =
-            (0..20).map(|i| Entity::new("wal", format!("{i}")).with("b", Value::String("x".repeat(300_000)))).collect();
-        for b in batches(&big) {
-            assert!(b.iter().map(|e| e.stored_size()).sum::<usize>() < MAX_BATCH_BYTES);
-        }
-        assert_eq!(batches(&big).iter().map(|b| b.len()).sum::<usize>(), 20);
-    }
 
     #[test]
     fn intent_marker_keys_are_bounded() {

@@ -5,7 +5,8 @@
 //!   written by an entry older than the oldest pending one and than the grace period, and
 //!   themselves written more than the grace period ago (an entry applied from a backlog
 //!   writes a tombstone with an old id while a stale applier may still hold an older entry);
-//! - removes intent markers older than their time-to-live;
+//! - removes intent markers older than their time-to-live, and the clock rows of processes
+//!   gone for an hour;
 //! - reports pending count, oldest pending age and dead entries.
 
 use std::time::Duration;
@@ -34,6 +35,8 @@ pub struct SweepReport {
     pub tombstones_removed: usize,
     /// Intent markers removed.
     pub markers_removed: usize,
+    /// Clock rows of processes gone for an hour removed (see [`super::clock::Clock::prune`]).
+    pub clocks_removed: usize,
     /// Entries in the dead partition.
     pub dead: u64,
 }
@@ -63,6 +66,7 @@ impl Wal {
         let horizon = oldest.and_then(|o| o.micros()).map_or(grace_horizon, |o| o.min(grace_horizon));
         report.tombstones_removed = self.remove_tombstones(&format_micros(horizon), grace_horizon).await?;
         report.markers_removed = self.remove_markers().await?;
+        report.clocks_removed = self.appender.clock.prune(self.store.as_ref(), &self.table).await?;
         report.dead = self.dead_count().await?;
         Ok(report)
     }

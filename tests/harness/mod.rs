@@ -163,6 +163,9 @@ pub struct HarnessOptions {
     pub echo: bool,
     /// Upper bound of one invocation (the host's is functionTimeout + 1 min).
     pub invocation_timeout: Duration,
+    /// Seed of the queue listener's polling jitter (`TC_HARNESS_SEED`, default 20261121);
+    /// printed with the diagnostics when a test fails.
+    pub seed: u64,
 }
 
 impl HarnessOptions {
@@ -179,6 +182,7 @@ impl HarnessOptions {
             rust_log: "info".into(),
             echo: std::env::var_os("TC_HARNESS_ECHO").is_some(),
             invocation_timeout: Duration::from_secs(120),
+            seed: std::env::var("TC_HARNESS_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(20261121),
         }
     }
 }
@@ -258,7 +262,6 @@ impl Harness {
         };
 
         let name = options.catalog_name.clone();
-        let port = process::free_port();
         let worker_id = uuid::Uuid::new_v4().to_string();
         let mut env = app.local_values.clone();
         env.insert(settings::WEBJOBS_STORAGE.into(), options.connection_string.clone());
@@ -268,9 +271,7 @@ impl Harness {
         env.insert(settings::QUEUE.into(), format!("{}-apply", name.to_lowercase()));
         env.insert(settings::INDEX_KEYS.into(), options.index_keys.clone());
         env.insert(settings::ROW_KEY.into(), options.row_key.clone());
-        // Set by the host for the worker process.
-        env.insert(settings::CUSTOMHANDLER_PORT.into(), port.to_string());
-        env.insert("FUNCTIONS_HTTPWORKER_PORT".into(), port.to_string());
+        // Set by the host for the worker process (the ports below).
         env.insert("FUNCTIONS_CUSTOMHANDLER_WORKER_ID".into(), worker_id.clone());
         env.insert("FUNCTIONS_HTTPWORKER_ID".into(), worker_id);
         env.insert("FUNCTIONS_APP_ROOT_PATH".into(), root.display().to_string());
@@ -278,9 +279,18 @@ impl Harness {
         env.insert("RUST_LOG".into(), options.rust_log.clone());
 
         let exe = Path::new(env!("CARGO_BIN_EXE_table-catalog"));
-        let handler = match HandlerProcess::start(&app, exe, &env, port, options.echo).await {
-            Ok(h) => h,
-            Err(e) => panic!("starting the custom handler: {e}"),
+        let mut attempts = 0;
+        let (handler, port) = loop {
+            let port = process::free_port();
+            env.insert(settings::CUSTOMHANDLER_PORT.into(), port.to_string());
+            env.insert("FUNCTIONS_HTTPWORKER_PORT".into(), port.to_string());
+            match HandlerProcess::start(&app, exe, &env, port, options.echo).await {
+                Ok(h) => break (h, port),
+                // Like the host, the harness hands over a port it found free; another process
+                // can take it before the handler binds it. Then pick another.
+                Err(e) if attempts < 3 && e.contains(&format!("binding 127.0.0.1:{port}")) => attempts += 1,
+                Err(e) => panic!("starting the custom handler: {e}"),
+            }
         };
 
         let apply = app.only("queue");
@@ -311,6 +321,7 @@ impl Harness {
             port,
             invocation_timeout,
             shared.clone(),
+            options.seed,
         ));
         let poison_queue = listener.poison_queue().expect("apply queue has a poison queue");
 
@@ -540,22 +551,19 @@ impl Drop for Harness {
             t.abort();
         }
         if std::thread::panicking() {
-            eprintln!("=== harness diagnostics ({}) ===\n{}", self.options.catalog_name, self.diagnostics());
+            eprintln!(
+                "=== harness diagnostics ({}, seed {}: TC_HARNESS_SEED={} reproduces the jitter) ===\n{}",
+                self.options.catalog_name,
+                self.options.seed,
+                self.options.seed,
+                self.diagnostics()
+            );
         }
     }
 }
 
-/// The Azurite connection string, or `None` (with a note) when the run has none. Under `CI`
-/// a missing Azurite is an error, never a silent skip.
+/// The Azurite connection string, or `None` after reporting the running test as skipped
+/// (see `tests/common/skip.rs`; under `CI` a missing Azurite is a failure).
 pub fn azurite() -> Option<String> {
-    match std::env::var("TC_TEST_AZURE_CONNECTION") {
-        Ok(cs) if !cs.trim().is_empty() => Some(cs),
-        _ if std::env::var_os("CI").is_some() => {
-            panic!("CI is set but TC_TEST_AZURE_CONNECTION is not: run scripts/test.sh (or source scripts/azurite.sh start)")
-        }
-        _ => {
-            eprintln!("note: TC_TEST_AZURE_CONNECTION unset; the Functions harness tests need Azurite and are skipped (source scripts/azurite.sh start)");
-            None
-        }
-    }
+    crate::common::skip::azurite(&crate::common::skip::current_test())
 }

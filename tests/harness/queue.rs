@@ -27,6 +27,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use base64::Engine as _;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
 use table_catalog::store::azure::AzureStore;
 use table_catalog::store::{QueueStore, ReceivedMessage, StoreError};
 use time::OffsetDateTime;
@@ -59,6 +61,8 @@ pub struct QueueListener {
     pub lose_deletes: Arc<AtomicUsize>,
     /// When each message id was first seen (stands in for InsertionTime).
     first_seen: Mutex<HashMap<String, OffsetDateTime>>,
+    /// Seeded source of the polling jitter.
+    rng: Mutex<StdRng>,
 }
 
 impl QueueListener {
@@ -73,6 +77,7 @@ impl QueueListener {
         handler_port: u16,
         invocation_timeout: Duration,
         shared: Arc<Shared>,
+        seed: u64,
     ) -> QueueListener {
         QueueListener {
             store,
@@ -88,12 +93,19 @@ impl QueueListener {
             in_flight: Arc::new(AtomicUsize::new(0)),
             lose_deletes: Arc::new(AtomicUsize::new(0)),
             first_seen: Mutex::new(HashMap::new()),
+            rng: Mutex::new(StdRng::seed_from_u64(seed)),
         }
     }
 
     pub fn poison_queue(&self) -> Option<String> {
         // Queues that already end in -poison get no poison queue (contract §4).
         (!self.queue.ends_with("-poison")).then(|| format!("{}-poison", self.queue))
+    }
+
+    /// `d` with up to ±20 % jitter, from the seeded generator.
+    fn jitter(&self, d: Duration) -> Duration {
+        let f = 0.8 + self.rng.lock().map_or(0.2, |mut r| r.gen::<f64>() * 0.4);
+        d.mul_f64(f)
     }
 
     /// The polling loop; returns when `stop` is set.
@@ -115,7 +127,8 @@ impl QueueListener {
             };
             if messages.is_empty() {
                 self.shared.polls_empty.fetch_add(1, Ordering::SeqCst);
-                tokio::time::sleep(jitter(delay)).await;
+                let delay_now = self.jitter(delay);
+                tokio::time::sleep(delay_now).await;
                 delay = (delay * 2).min(self.options.max_polling_interval);
                 continue;
             }
@@ -248,12 +261,6 @@ impl QueueListener {
             Err(e) => self.shared.event(Event::ListenerError(format!("copying {} to {poison}: {e}", m.id))),
         }
     }
-}
-
-/// Up to ±20 % jitter.
-fn jitter(d: Duration) -> Duration {
-    let f = 0.8 + rand::random::<f64>() * 0.4;
-    d.mul_f64(f)
 }
 
 /// Sends one invocation (`POST /{function}`, chunked JSON) and records it.

@@ -39,12 +39,20 @@ pub struct LookupArgs {
 
 pub async fn run(args: LookupArgs) -> Result<()> {
     let schema = Schema::new(vec![args.field.clone()], "_unused_")?;
-    let rows = import::read_file(&args.file, Format::from_path(&args.file), &schema)?;
-    let mut values: Vec<String> = rows
-        .into_iter()
-        .filter_map(|(_, r)| r.ok())
-        .filter_map(|r| r.get(&args.field).and_then(table_catalog::keys::key_string).filter(|v| !v.is_empty()))
-        .collect();
+    // Streams the file on a blocking thread and keeps only the looked-up values.
+    let (file, field) = (args.file.clone(), args.field.clone());
+    let mut values = tokio::task::spawn_blocking(move || -> Result<Vec<String>> {
+        let mut values = Vec::new();
+        for row in import::open(&file, Format::from_path(&file), &schema)? {
+            let Ok(record) = row?.1 else { continue };
+            if let Some(v) = record.get(&field).and_then(table_catalog::keys::key_string).filter(|v| !v.is_empty()) {
+                values.push(v);
+            }
+        }
+        Ok(values)
+    })
+    .await
+    .context("reading the file")??;
     if values.is_empty() {
         bail!("no values of '{}' in {}", args.field, args.file.display());
     }

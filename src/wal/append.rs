@@ -1,0 +1,245 @@
+//! Appending to the WAL with group commit.
+//!
+//! Concurrent appends of one process are coalesced into rounds. A round is run by a task of
+//! its own (so a caller that is cancelled, e.g. by a dropped HTTP request, cannot stall the
+//! others) for everybody queued when it starts. Up to [`MAX_ROUNDS`] rounds run at once: an
+//! append that finds a free slot starts a round at once (low latency when idle); when every
+//! slot is busy, callers queue up and the next round to start takes them all (large rounds
+//! under load). Overlapping rounds are safe: each reserves its ids under the process's own
+//! last id, and publications never move the clock row back ([`super::clock`]). A round costs one clock read and one clock publication ([`super::clock`])
+//! plus one entity group transaction per 100 entries (and 4 MiB), whatever the number of
+//! callers; the clock publication and the entry writes run concurrently. A caller's append
+//! returns when its entries are durable and its ids are published, never earlier.
+//!
+//! A round that fails fails every caller in it with the same error. Entries of a failed
+//! round may have been written; they are applied like any other (the caller was not
+//! acknowledged, so nothing promised they would not be).
+
+use std::sync::{Arc, Mutex};
+
+use futures::future::try_join_all;
+use tokio::sync::oneshot;
+
+use super::clock::Clock;
+use super::entry::WalEntry;
+use super::{intent_marker_key, Op, Wal, WalId, SHARD};
+use crate::error::{Error, Result};
+use crate::faults;
+use crate::store::{BatchOp, Entity, Store, StoreError, Value, MAX_BATCH_BYTES, MAX_BATCH_OPS};
+
+struct Waiter {
+    ops: Vec<Op>,
+    reply: oneshot::Sender<Result<Vec<WalId>>>,
+}
+
+/// Most append rounds of one process in flight at once.
+pub const MAX_ROUNDS: usize = 4;
+
+/// Appends waiting for a round, and how many round tasks run.
+#[derive(Default)]
+struct Queue {
+    waiting: Vec<Waiter>,
+    running: usize,
+}
+
+/// The group-commit appender of one process's WAL (cheap to clone).
+#[derive(Clone)]
+pub(crate) struct Appender {
+    store: Arc<dyn Store>,
+    table: String,
+    pub(crate) clock: Arc<Clock>,
+    queue: Arc<Mutex<Queue>>,
+}
+
+impl Appender {
+    pub(crate) fn new(store: Arc<dyn Store>, table: String, clock: Clock) -> Appender {
+        Appender { store, table, clock: Arc::new(clock), queue: Arc::new(Mutex::new(Queue::default())) }
+    }
+
+    /// Queues `ops` for the next round and waits for it.
+    async fn append(&self, ops: Vec<Op>) -> Result<Vec<WalId>> {
+        let (tx, rx) = oneshot::channel();
+        let start = {
+            let mut q = self.queue.lock().unwrap_or_else(|p| p.into_inner());
+            q.waiting.push(Waiter { ops, reply: tx });
+            let free = q.running < MAX_ROUNDS;
+            if free {
+                q.running += 1;
+            }
+            free
+        };
+        if start {
+            tokio::spawn(self.clone().run());
+        }
+        rx.await.map_err(|_| Error::Store(StoreError::Other("WAL append round ended without a reply".into())))?
+    }
+
+    /// Runs rounds until nobody waits.
+    async fn run(self) {
+        loop {
+            let round = {
+                let mut q = self.queue.lock().unwrap_or_else(|p| p.into_inner());
+                if q.waiting.is_empty() {
+                    q.running -= 1;
+                    return;
+                }
+                std::mem::take(&mut q.waiting)
+            };
+            let ops: Vec<Op> = round.iter().flat_map(|w| w.ops.iter().cloned()).collect();
+            let result = self.round(ops).await;
+            let mut offset = 0;
+            for w in round {
+                let n = w.ops.len();
+                let reply = match &result {
+                    Ok(ids) => Ok(ids[offset..offset + n].to_vec()),
+                    Err(e) => Err(Error::clone(e)),
+                };
+                offset += n;
+                let _ = w.reply.send(reply); // a caller that went away needs no answer
+            }
+        }
+    }
+
+    /// Allocates ids for `ops`, writes the entries and publishes the clock.
+    async fn round(&self, ops: Vec<Op>) -> Result<Vec<WalId>> {
+        let (ids, last) = self.reserve_ids(ops.len()).await?;
+        let entities: Vec<Entity> =
+            ids.iter().zip(ops).map(|(id, op)| WalEntry { id: id.clone(), op }.to_entity(SHARD)).collect();
+        let writes = try_join_all(batches(&entities).into_iter().map(|group| self.write_entries(group)));
+        let publish = self.clock.publish(self.store.as_ref(), &self.table, last);
+        // Both run to the end (no cancellation of an entry write half way), then the first
+        // error is reported.
+        let (written, published) = tokio::join!(writes, publish);
+        written?;
+        published?;
+        Ok(ids)
+    }
+
+    /// Allocates `n` consecutive ids above every id acknowledged so far, in any process:
+    /// `(ids, last timestamp)`. The caller must publish the last timestamp
+    /// ([`Clock::publish`]) before acknowledging anything logged under these ids.
+    pub(crate) async fn reserve_ids(&self, n: usize) -> Result<(Vec<WalId>, i64)> {
+        let high = self.clock.high_water(self.store.as_ref(), &self.table).await?;
+        let start = self.clock.reserve(high, n);
+        let ids = (0..n as i64).map(|i| WalId::new(start + i, uuid::Uuid::new_v4())).collect();
+        Ok((ids, start + n as i64 - 1))
+    }
+
+    async fn write_entries(&self, group: &[Entity]) -> Result<()> {
+        let result = if let [single] = group {
+            self.store.insert(&self.table, single).await.map(|_| ())
+        } else {
+            let ops: Vec<BatchOp> = group.iter().cloned().map(BatchOp::Insert).collect();
+            self.store.batch(&self.table, SHARD, &ops).await.map(|_| ())
+        };
+        match result {
+            // Ids are unique, so an existing entry is ours (a retried request that had
+            // committed) or already applied and removed; either way it is durable.
+            Err(StoreError::AlreadyExists(_)) => Ok(()),
+            Err(StoreError::BatchFailed { source, .. }) if matches!(*source, StoreError::AlreadyExists(_)) => {
+                for e in group {
+                    match self.store.insert(&self.table, e).await {
+                        Ok(_) | Err(StoreError::AlreadyExists(_)) => {}
+                        Err(err) => return Err(err.into()),
+                    }
+                }
+                Ok(())
+            }
+            other => Ok(other?),
+        }
+    }
+}
+
+impl Wal {
+    /// Logs operations durably and returns their ids, in order. Concurrent callers share
+    /// rounds (see the module docs); when this returns `Ok`, every entry is durable and the
+    /// ids are published, so any operation issued afterwards, in any process, gets a larger
+    /// id. On `Err` some entries may have been written; they will be applied.
+    pub async fn append(&self, ops: Vec<Op>) -> Result<Vec<WalId>> {
+        if ops.is_empty() {
+            return Ok(Vec::new());
+        }
+        let ids = self.appender.append(ops).await?;
+        faults::point("after_wal_write")?;
+        Ok(ids)
+    }
+
+    /// Logs an operation that arrived as queue message `message_id`, once: a redelivered
+    /// message returns the id it was first logged under. The entry and its marker are
+    /// written in one entity group transaction.
+    pub async fn append_intent(&self, op: Op, message_id: &str) -> Result<WalId> {
+        let marker_key = intent_marker_key(message_id);
+        if let Some(id) = self.intent_logged(&marker_key).await? {
+            return Ok(id);
+        }
+        let (mut ids, last) = self.appender.reserve_ids(1).await?;
+        let id = ids.remove(0);
+        let entry = WalEntry { id: id.clone(), op }.to_entity(SHARD);
+        let marker = Entity::new(SHARD, marker_key.as_str())
+            .with("id", Value::String(id.to_string()))
+            .with("at", Value::Int64(super::id::now_micros()));
+        let write = async {
+            match self.store.batch(&self.table, SHARD, &[BatchOp::Insert(entry), BatchOp::Insert(marker)]).await {
+                Ok(_) => Ok(id.clone()),
+                Err(StoreError::BatchFailed { .. }) => {
+                    // Logged meanwhile by another delivery of the same message (or by a retried
+                    // request of ours that committed).
+                    self.intent_logged(&marker_key).await?.ok_or_else(|| {
+                        Error::Store(StoreError::Other("intent batch failed but no marker was written".into()))
+                    })
+                }
+                Err(e) => Err(e.into()),
+            }
+        };
+        let publish = self.appender.clock.publish(self.store.as_ref(), &self.table, last);
+        let (logged, published) = tokio::join!(write, publish);
+        published?;
+        logged
+    }
+
+    async fn intent_logged(&self, marker_key: &str) -> Result<Option<WalId>> {
+        Ok(self
+            .store
+            .get(&self.table, SHARD, marker_key)
+            .await?
+            .and_then(|m| m.str("id").map(|s| WalId::from_stored(s.to_string()))))
+    }
+}
+
+/// Splits entities into groups that fit one entity group transaction.
+pub(crate) fn batches(entities: &[Entity]) -> Vec<&[Entity]> {
+    let mut out = Vec::new();
+    let mut start = 0;
+    let mut bytes = 0;
+    for (i, e) in entities.iter().enumerate() {
+        let size = e.stored_size() + 1024; // + per-operation MIME overhead
+        if i > start && (i - start == MAX_BATCH_OPS || bytes + size > MAX_BATCH_BYTES - 64 * 1024) {
+            out.push(&entities[start..i]);
+            start = i;
+            bytes = 0;
+        }
+        bytes += size;
+    }
+    if start < entities.len() {
+        out.push(&entities[start..]);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn batches_respect_count_and_size() {
+        let small: Vec<Entity> = (0..250).map(|i| Entity::new("wal", format!("{i}"))).collect();
+        let sizes: Vec<usize> = batches(&small).iter().map(|b| b.len()).collect();
+        assert_eq!(sizes, [100, 100, 50]);
+        let big: Vec<Entity> =
+            (0..20).map(|i| Entity::new("wal", format!("{i}")).with("b", Value::String("x".repeat(300_000)))).collect();
+        for b in batches(&big) {
+            assert!(b.iter().map(|e| e.stored_size()).sum::<usize>() < MAX_BATCH_BYTES);
+        }
+        assert_eq!(batches(&big).iter().map(|b| b.len()).sum::<usize>(), 20);
+    }
+}

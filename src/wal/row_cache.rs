@@ -1,0 +1,70 @@
+//! What the applier last saw of catalog rows it wrote: `(PartitionKey, RowKey)` → (ETag,
+//! WAL id of the write). It turns the update of a row this process wrote or read before into
+//! one conditional replace instead of insert, 409, read and replace.
+//!
+//! Only a hint: a stale entry costs a failed conditional write (412 or 404) and the slow
+//! path; it can never make a write go through that fencing would refuse, because every
+//! write it enables is conditional on the cached ETag. Bounded: two generations of at most
+//! [`GENERATION`] rows each; when the young one fills up, the old one is dropped.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use crate::store::ETag;
+
+/// Rows per generation (so at most twice this many are remembered; about 10 MiB).
+pub const GENERATION: usize = 32_768;
+
+type Key = (String, String);
+
+/// The cache (see the module docs).
+#[derive(Debug, Default)]
+pub struct RowCache {
+    gens: Mutex<(HashMap<Key, (ETag, String)>, HashMap<Key, (ETag, String)>)>,
+}
+
+impl RowCache {
+    /// The last seen ETag and WAL id of a row.
+    pub fn get(&self, pk: &str, rk: &str) -> Option<(ETag, String)> {
+        let g = self.gens.lock().unwrap_or_else(|p| p.into_inner());
+        let key = (pk.to_string(), rk.to_string());
+        g.0.get(&key).or_else(|| g.1.get(&key)).cloned()
+    }
+
+    /// Remembers a row's ETag and WAL id.
+    pub fn put(&self, pk: &str, rk: &str, etag: ETag, wal_id: &str) {
+        let mut g = self.gens.lock().unwrap_or_else(|p| p.into_inner());
+        if g.0.len() >= GENERATION {
+            g.1 = std::mem::take(&mut g.0);
+        }
+        g.0.insert((pk.to_string(), rk.to_string()), (etag, wal_id.to_string()));
+    }
+
+    /// Forgets a row.
+    pub fn forget(&self, pk: &str, rk: &str) {
+        let mut g = self.gens.lock().unwrap_or_else(|p| p.into_inner());
+        let key = (pk.to_string(), rk.to_string());
+        g.0.remove(&key);
+        g.1.remove(&key);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn remembers_forgets_and_stays_bounded() {
+        let c = RowCache::default();
+        c.put("p", "r", ETag("e1".into()), "id1");
+        assert_eq!(c.get("p", "r"), Some((ETag("e1".into()), "id1".into())));
+        c.forget("p", "r");
+        assert_eq!(c.get("p", "r"), None);
+        for i in 0..(3 * GENERATION) {
+            c.put("p", &i.to_string(), ETag(String::new()), "x");
+        }
+        let g = c.gens.lock().unwrap();
+        assert!(g.0.len() + g.1.len() <= 2 * GENERATION);
+        assert!(g.0.contains_key(&("p".to_string(), (3 * GENERATION - 1).to_string())));
+    }
+}
