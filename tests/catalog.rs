@@ -188,3 +188,22 @@ async fn an_apply_pass_stops_at_its_budget_and_hands_over() {
         tokio::task::yield_now().await;
     }
 }
+
+#[tokio::test]
+async fn wal_state_reports_pending_applied_dead_and_unknown() {
+    use table_catalog::store::{Entity, Value as V};
+    use table_catalog::wal::WalId;
+    let c = open().await;
+    let w = c.upsert(jfk(), false).await.unwrap();
+    assert_eq!(c.wal_state(&w.id).await.unwrap(), WalState::Pending);
+    // An entry no build can read (unknown format version) goes to the dead partition.
+    let bad = WalId::new(table_catalog::wal::id::now_micros() + 1_000_000, uuid::Uuid::new_v4());
+    let entity = Entity::new("wal", bad.as_str()).with("v", V::Int32(99)).with("n", V::Int32(0));
+    c.store().insert(&c.names().wal_table, &entity).await.unwrap();
+    c.recover().await.unwrap();
+    assert_eq!(c.wal_state(&w.id).await.unwrap(), WalState::Applied);
+    assert_eq!(c.wal_state(bad.as_str()).await.unwrap(), WalState::Dead);
+    assert!(c.wal().dead_reason(&bad).await.unwrap().is_some());
+    let never = WalId::new(table_catalog::wal::id::now_micros() + 60_000_000, uuid::Uuid::new_v4());
+    assert!(matches!(c.wal_state(never.as_str()).await, Err(Error::NotFound(_))));
+}
