@@ -2,11 +2,11 @@
 //! `2026-11-21T04:29:00.123456_0f8fad5b-d9cb-469f-a165-70867728950e` (the reference's
 //! format). Ids sort by time as strings.
 //!
-//! Ids are allocated from a per-shard high-water mark kept in the WAL table
-//! (`metadata/clock-{shard}`, updated with an ETag compare-and-swap): a new id's timestamp is
-//! `max(now, last allocated + 1 µs)`. So an id allocated after another one was acknowledged is
-//! always larger, whatever the writers' clocks say, and ordering by id is the order writes
-//! were issued in.
+//! Ids are allocated by [`super::clock`]: a new id's timestamp is above every timestamp any
+//! process has published in its clock row (`metadata/clock-{process}`) and above this
+//! process's own last one. So an id allocated after another one was acknowledged is always
+//! larger, whatever the writers' clocks say, and ordering by id is the order writes were
+//! issued in.
 
 use std::fmt;
 
