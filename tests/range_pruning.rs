@@ -1,112 +1,45 @@
 //! Sort-value ranges prune on the server: a query with `row_to` reads the rows of its RowKey
 //! range, not the rest of the partition (issue 10, item 6). Counts the entities the store
-//! returns through a counting wrapper.
+//! returns through a counting layer.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
 
-use async_trait::async_trait;
 use serde_json::json;
 use table_catalog::catalog::{Catalog, CatalogOptions};
 use table_catalog::config::Names;
 use table_catalog::query::Filter;
 use table_catalog::record::{self, Record};
 use table_catalog::schema::Schema;
+use table_catalog::store::layer::{Call, Layer, LayeredStore, Returned};
 use table_catalog::store::local::LocalStore;
-use table_catalog::store::{
-    BatchOp, ETag, Entity, IfMatch, Page, QueueStore, ReceivedMessage, RowRange, StoreResult, TableStore, MAX_BATCH_OPS,
-};
+use table_catalog::store::{BatchOp, Entity, OpKind, StoreResult, TableStore, MAX_BATCH_OPS};
 
-/// Delegates to the embedded store and counts the entities queries and scans return.
-struct Counting {
-    inner: LocalStore,
-    read: AtomicU64,
-}
+/// Counts the entities that point reads, queries and scans return (a [`Layer`], so the
+/// store's delegation is written once, in `LayeredStore`).
+#[derive(Default)]
+struct EntitiesRead(AtomicU64);
 
-impl Counting {
-    fn take(&self) -> u64 {
-        self.read.swap(0, Ordering::SeqCst)
-    }
-}
-
-#[async_trait]
-impl TableStore for Counting {
-    async fn create_table(&self, table: &str) -> StoreResult<()> {
-        self.inner.create_table(table).await
-    }
-    async fn delete_table(&self, table: &str) -> StoreResult<()> {
-        self.inner.delete_table(table).await
-    }
-    async fn get(&self, table: &str, pk: &str, rk: &str) -> StoreResult<Option<Entity>> {
-        let got = self.inner.get(table, pk, rk).await?;
-        self.read.fetch_add(got.is_some() as u64, Ordering::SeqCst);
-        Ok(got)
-    }
-    async fn insert(&self, table: &str, entity: &Entity) -> StoreResult<ETag> {
-        self.inner.insert(table, entity).await
-    }
-    async fn upsert(&self, table: &str, entity: &Entity) -> StoreResult<ETag> {
-        self.inner.upsert(table, entity).await
-    }
-    async fn replace(&self, table: &str, entity: &Entity, if_match: &IfMatch) -> StoreResult<ETag> {
-        self.inner.replace(table, entity, if_match).await
-    }
-    async fn delete(&self, table: &str, pk: &str, rk: &str, if_match: &IfMatch) -> StoreResult<()> {
-        self.inner.delete(table, pk, rk, if_match).await
-    }
-    async fn query_partition(
-        &self,
-        table: &str,
-        pk: &str,
-        range: &RowRange,
-        limit: usize,
-        continuation: Option<&str>,
-    ) -> StoreResult<Page> {
-        let page = self.inner.query_partition(table, pk, range, limit, continuation).await?;
-        self.read.fetch_add(page.entities.len() as u64, Ordering::SeqCst);
-        Ok(page)
-    }
-    async fn scan(&self, table: &str, limit: usize, continuation: Option<&str>) -> StoreResult<Page> {
-        let page = self.inner.scan(table, limit, continuation).await?;
-        self.read.fetch_add(page.entities.len() as u64, Ordering::SeqCst);
-        Ok(page)
-    }
-    async fn batch(&self, table: &str, pk: &str, ops: &[BatchOp]) -> StoreResult<Vec<Option<ETag>>> {
-        self.inner.batch(table, pk, ops).await
+impl Layer for EntitiesRead {
+    async fn run<'a, T, F, Fut>(&'a self, call: Call<'a>, mut attempt: F) -> StoreResult<T>
+    where
+        T: Returned + Send + 'a,
+        F: FnMut() -> Fut + Send + 'a,
+        Fut: std::future::Future<Output = StoreResult<T>> + Send + 'a,
+    {
+        let result = attempt().await;
+        if let (Ok(r), OpKind::Get | OpKind::Query | OpKind::Scan) = (&result, call.op) {
+            self.0.fetch_add(r.returned() as u64, Ordering::SeqCst);
+        }
+        result
     }
 }
 
-#[async_trait]
-impl QueueStore for Counting {
-    async fn create_queue(&self, queue: &str) -> StoreResult<()> {
-        self.inner.create_queue(queue).await
-    }
-    async fn delete_queue(&self, queue: &str) -> StoreResult<()> {
-        self.inner.delete_queue(queue).await
-    }
-    async fn put_message(&self, queue: &str, text: &str, visible_after: Duration) -> StoreResult<String> {
-        self.inner.put_message(queue, text, visible_after).await
-    }
-    async fn receive_messages(&self, queue: &str, max: usize, vis: Duration) -> StoreResult<Vec<ReceivedMessage>> {
-        self.inner.receive_messages(queue, max, vis).await
-    }
-    async fn delete_message(&self, queue: &str, id: &str, pop_receipt: &str) -> StoreResult<()> {
-        self.inner.delete_message(queue, id, pop_receipt).await
-    }
-    async fn release_message(
-        &self,
-        queue: &str,
-        id: &str,
-        pop_receipt: &str,
-        text: &str,
-        visible_after: Duration,
-    ) -> StoreResult<String> {
-        self.inner.release_message(queue, id, pop_receipt, text, visible_after).await
-    }
-    async fn approximate_count(&self, queue: &str) -> StoreResult<u64> {
-        self.inner.approximate_count(queue).await
-    }
+type Counting = LayeredStore<EntitiesRead>;
+
+/// Entities read since the last call.
+fn take(store: &Counting) -> u64 {
+    store.layer().0.swap(0, Ordering::SeqCst)
 }
 
 const ROWS: usize = 10_000;
@@ -115,7 +48,7 @@ const ROWS: usize = 10_000;
 /// the sort values "0".."9999" and one empty sort value. Rows are written straight into
 /// the catalog table (as the applier writes them), which keeps the setup fast.
 async fn catalog() -> (Catalog, Arc<Counting>) {
-    let store = Arc::new(Counting { inner: LocalStore::in_memory().unwrap(), read: AtomicU64::new(0) });
+    let store = Arc::new(LayeredStore::with_layer(Arc::new(LocalStore::in_memory().unwrap()), EntitiesRead::default()));
     let schema = Schema::new(vec!["grp".into()], "name").unwrap();
     let names = Names::new("pruning", None, None).unwrap();
     let cat = Catalog::open(store.clone(), names, schema.clone(), CatalogOptions::default()).await.unwrap();
@@ -136,7 +69,7 @@ async fn catalog() -> (Catalog, Arc<Counting>) {
         let ops: Vec<BatchOp> = chunk.iter().cloned().map(BatchOp::Insert).collect();
         store.batch(&cat.names().table, &pk, &ops).await.unwrap();
     }
-    store.take();
+    take(&store);
     (cat, store)
 }
 
@@ -169,7 +102,7 @@ fn names(records: &[Record]) -> Vec<String> {
 async fn row_to_starting_with_a_digit_reads_only_its_prefix() {
     let (cat, store) = catalog().await;
     let found = cat.query_all(&filter(None, Some("1000"))).await.unwrap();
-    let read = store.take();
+    let read = take(&store);
     assert_eq!(names(&found), ["0", "1000", "100", "10", "1", ""], "RowKey order: ':' sorts after the digits");
     assert_eq!(names(&found), expected(None, Some("1000")));
     // The RowKey range is `lt '1;'` plus the empty sort value's keys: "0", the 1,111 sort
@@ -200,7 +133,7 @@ async fn bounded_queries_return_exactly_the_range_and_read_little() {
     ];
     for (from, to, most) in cases {
         let found = cat.query_all(&filter(from, to)).await.unwrap();
-        let read = store.take();
+        let read = take(&store);
         assert_eq!(names(&found), expected(from, to), "records for {from:?}..={to:?}");
         assert!(read <= most, "{from:?}..={to:?} read {read} entities, expected at most {most}");
     }
@@ -221,5 +154,5 @@ async fn pages_continue_from_the_digit_range_into_the_empty_sort_value() {
         }
     }
     assert_eq!(seen, expected(None, Some("1000")));
-    assert!(store.take() < 2 * 1113, "paging re-reads at most the pruned range per page boundary");
+    assert!(take(&store) < 2 * 1113, "paging re-reads at most the pruned range per page boundary");
 }

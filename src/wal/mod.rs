@@ -221,21 +221,10 @@ impl Wal {
             .map(|e| e.str("reason").unwrap_or_default().to_string()))
     }
 
-    /// Entries moved aside because they can never be applied.
+    /// Entries moved aside because they can never be applied (keys only: see
+    /// [`crate::store::TableStore::count_range`]).
     pub async fn dead_count(&self) -> Result<u64> {
-        let mut n = 0;
-        let mut token: Option<String> = None;
-        loop {
-            let page = self
-                .store
-                .query_partition(&self.table, DEAD, &RowRange::default(), crate::store::MAX_PAGE, token.as_deref())
-                .await?;
-            n += page.entities.len() as u64;
-            match page.continuation {
-                Some(t) => token = Some(t),
-                None => return Ok(n),
-            }
-        }
+        Ok(self.store.count_range(&self.table, DEAD, &RowRange::default()).await?.0)
     }
 }
 
