@@ -18,7 +18,9 @@ use super::id::{format_micros, now_micros};
 use super::{Wal, WalId, INTENT_PREFIX, SHARD, TOMBSTONES};
 use crate::error::Result;
 use crate::record::RowMeta;
-use crate::store::{IfMatch, RowRange, StoreError, Value, MAX_PAGE};
+use futures::TryStreamExt;
+
+use crate::store::{pager, IfMatch, RowRange, StoreError, Value, MAX_PAGE};
 
 /// What a sweep found and did.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
@@ -77,9 +79,8 @@ impl Wal {
     async fn remove_tombstones(&self, horizon: &str, written_before: i64) -> Result<usize> {
         let range = RowRange { before: Some(horizon.to_string()), ..RowRange::default() };
         let mut removed = 0;
-        let mut token: Option<String> = None;
-        loop {
-            let page = self.store.query_partition(&self.table, TOMBSTONES, &range, MAX_PAGE, token.as_deref()).await?;
+        let mut pages = pager::pages(self.store.as_ref(), &self.table, TOMBSTONES, &range, MAX_PAGE);
+        while let Some(page) = pages.try_next().await? {
             for idx in &page.entities {
                 let (Some(pk), Some(rk)) = (idx.str("pk"), idx.str("rk")) else { continue };
                 // A row gone, live again, or a newer tombstone (indexed under its own id) only
@@ -103,11 +104,8 @@ impl Wal {
                     Err(e) => return Err(e.into()),
                 }
             }
-            match page.continuation {
-                Some(t) => token = Some(t),
-                None => return Ok(removed),
-            }
         }
+        Ok(removed)
     }
 
     /// Removes intent markers older than their time-to-live.
@@ -116,9 +114,8 @@ impl Wal {
             RowRange { from: Some(INTENT_PREFIX.to_string()), before: Some("intent;".into()), ..RowRange::default() };
         let cutoff = now_micros() - self.opts.intent_marker_ttl.as_micros() as i64;
         let mut removed = 0;
-        let mut token: Option<String> = None;
-        loop {
-            let page = self.store.query_partition(&self.table, SHARD, &range, MAX_PAGE, token.as_deref()).await?;
+        let mut pages = pager::pages(self.store.as_ref(), &self.table, SHARD, &range, MAX_PAGE);
+        while let Some(page) = pages.try_next().await? {
             for m in &page.entities {
                 if matches!(m.properties.get("at"), Some(Value::Int64(at)) if *at < cutoff) {
                     match self.store.delete(&self.table, SHARD, &m.row_key, &IfMatch::Any).await {
@@ -128,10 +125,7 @@ impl Wal {
                     }
                 }
             }
-            match page.continuation {
-                Some(t) => token = Some(t),
-                None => return Ok(removed),
-            }
         }
+        Ok(removed)
     }
 }
