@@ -22,6 +22,7 @@ pub mod entry;
 pub mod id;
 pub mod lease;
 pub mod row_cache;
+pub mod shard;
 pub mod sweep;
 
 pub use entry::{Op, WalEntry};
@@ -66,6 +67,11 @@ pub struct WalOptions {
     /// Offset added to this process's clock when allocating WAL ids, in microseconds (0 in
     /// production; the reliability tests skew writers' clocks with it).
     pub clock_skew_us: i64,
+    /// WAL shards new entries are spread over (1..=[`shard::MAX_SHARDS`]): each has its own
+    /// WAL partition, lease and checkpoint, and its own applier. A catalog remembers the
+    /// largest count it was ever opened with, and appliers, the sweeper and `status` cover
+    /// that many.
+    pub shards: u16,
 }
 
 impl Default for WalOptions {
@@ -77,6 +83,7 @@ impl Default for WalOptions {
             intent_marker_ttl: Duration::from_secs(8 * 24 * 3600),
             apply_budget: Duration::from_secs(60),
             clock_skew_us: 0,
+            shards: shard::DEFAULT_SHARDS,
         }
     }
 }
