@@ -21,14 +21,14 @@ use crate::record::{self, Record};
 use crate::schema::Schema;
 use crate::store::counting::{RequestCounts, RequestSnapshot};
 use crate::store::{Store, StoreError, MAX_PAGE};
-use crate::wal::apply::DrainOutcome;
-use crate::wal::sweep::{age_ms, SweepReport};
-use crate::wal::{Op, Wal, WalId, WalOptions, SHARD};
+use crate::apply::sweep::{age_ms, SweepReport};
+use crate::apply::{Applier, DrainOutcome};
+use crate::wal::{Op, ShardId, Wal, WalId, WalOptions};
 
 /// Tunables of a catalog.
 #[derive(Debug, Clone)]
 pub struct CatalogOptions {
-    /// WAL tunables (lease, fan-out concurrency, tombstone grace).
+    /// WAL tunables (shards, lease, fan-out concurrency, tombstone grace).
     pub wal: WalOptions,
     /// Longest a `wait` write blocks before [`Error::Timeout`] (the write stays durable).
     pub wait_timeout: Duration,
@@ -55,6 +55,9 @@ impl Default for CatalogOptions {
 pub struct Written {
     /// Its WAL id.
     pub id: String,
+    /// The WAL shard it was logged in (not serialised).
+    #[serde(skip)]
+    pub shard: Option<ShardId>,
     /// The record as stored (insert, upsert, replace).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub record: Option<Record>,
@@ -75,15 +78,30 @@ pub enum WalState {
     Dead,
 }
 
-/// Health of the WAL and the queues.
+/// Health of one WAL shard.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Status {
-    /// WAL entries not yet applied.
+pub struct ShardStatus {
+    /// The shard's WAL partition (`wal`, `wal-01`..).
+    pub shard: String,
+    /// Entries not yet applied.
     pub pending: u64,
     /// Age of the oldest pending entry, in milliseconds.
     pub oldest_pending_age_ms: Option<u64>,
-    /// The last applied WAL id.
+    /// The last applied WAL id of this shard.
     pub checkpoint: Option<String>,
+}
+
+/// Health of the WAL and the queues.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Status {
+    /// WAL entries not yet applied, over every shard.
+    pub pending: u64,
+    /// Age of the oldest pending entry of any shard, in milliseconds.
+    pub oldest_pending_age_ms: Option<u64>,
+    /// The largest checkpoint over the shards (the last applied WAL id).
+    pub checkpoint: Option<String>,
+    /// Each shard's pending count, oldest pending age and checkpoint.
+    pub shards: Vec<ShardStatus>,
     /// Messages on the poison queue (approximate).
     pub poison: u64,
     /// WAL entries that could not be applied (see the WAL's `dead` partition).
@@ -113,7 +131,8 @@ pub enum MessageOutcome {
 /// A multi-index catalog.
 pub struct Catalog {
     store: Arc<dyn Store>,
-    wal: Wal,
+    wal: Arc<Wal>,
+    applier: Applier,
     names: Names,
     opts: CatalogOptions,
     /// Wakes an in-process queue worker when this process logged work.
@@ -126,7 +145,7 @@ pub struct Catalog {
 
 impl std::fmt::Debug for Catalog {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Catalog").field("names", &self.names).field("schema", &self.wal.schema).finish()
+        f.debug_struct("Catalog").field("names", &self.names).field("schema", &self.applier.schema).finish()
     }
 }
 
@@ -134,12 +153,14 @@ impl Catalog {
     /// Opens a catalog: creates its tables and queues if needed and stores or checks the
     /// schema ([`Error::SchemaMismatch`] if it was created with another one).
     pub async fn open(store: Arc<dyn Store>, names: Names, schema: Schema, opts: CatalogOptions) -> Result<Catalog> {
-        let wal = Wal::new(store.clone(), names.wal_table.clone(), names.table.clone(), schema, opts.wal.clone());
+        let wal = Arc::new(Wal::new(store.clone(), names.wal_table.clone(), opts.wal.clone()));
         wal.init().await?;
+        let applier = Applier::new(wal.clone(), names.table.clone(), schema);
+        applier.init().await?;
         store.create_queue(&names.queue).await?;
         store.create_queue(&names.poison_queue).await?;
         let hints = Hinter::new(store.clone(), names.queue.clone());
-        Ok(Catalog { store, wal, names, opts, work: tokio::sync::Notify::new(), hints, requests: None })
+        Ok(Catalog { store, wal, applier, names, opts, work: tokio::sync::Notify::new(), hints, requests: None })
     }
 
     /// Reports `counts` in [`Catalog::status`] (builder style). Pass the counters of the
@@ -151,7 +172,7 @@ impl Catalog {
 
     /// The schema.
     pub fn schema(&self) -> &Schema {
-        &self.wal.schema
+        &self.applier.schema
     }
 
     /// Table and queue names.
@@ -167,6 +188,11 @@ impl Catalog {
     /// The WAL (for operators and tests).
     pub fn wal(&self) -> &Wal {
         &self.wal
+    }
+
+    /// The apply engine (for operators and tests).
+    pub fn applier(&self) -> &Applier {
+        &self.applier
     }
 
     fn check_record(&self, record: &Record) -> Result<()> {
@@ -221,14 +247,15 @@ impl Catalog {
             Op::Upsert { record } | Op::Replace { record, .. } => Some(record.clone()),
             Op::Delete { .. } => None,
         };
-        let id = self.wal.append(vec![op]).await?.remove(0);
-        self.hint(&id);
-        let applied = if wait { self.wait_applied(&id).await? } else { false };
-        Ok(Written { id: id.to_string(), record, applied })
+        let shard = self.applier.route(&op)?;
+        let id = self.wal.append(vec![(shard, op)]).await?.remove(0);
+        self.hint(shard, &id);
+        let applied = if wait { self.wait_applied(shard, &id).await? } else { false };
+        Ok(Written { id: id.to_string(), shard: Some(shard), record, applied })
     }
 
-    /// Upserts many records through one WAL append (entity group transactions of up to 100
-    /// entries). Returns one result per input, in order: the WAL id, or the reason the
+    /// Upserts many records through one WAL append (one entity group transaction per shard
+    /// and 100 entries). Returns one result per input, in order: the WAL id, or the reason the
     /// record was rejected. Valid records are logged even when others are rejected.
     pub async fn upsert_many(&self, records: Vec<Record>, wait: bool) -> Result<Vec<Result<String>>> {
         let mut results: Vec<Result<String>> = Vec::with_capacity(records.len());
@@ -237,21 +264,27 @@ impl Catalog {
         for (i, record) in records.into_iter().enumerate() {
             match self.check_record(&record) {
                 Ok(()) => {
-                    ops.push(Op::Upsert { record });
+                    let op = Op::Upsert { record };
+                    ops.push((self.applier.route(&op)?, op));
                     slots.push(i);
                     results.push(Ok(String::new()));
                 }
                 Err(e) => results.push(Err(e)),
             }
         }
+        let shards: Vec<ShardId> = ops.iter().map(|(s, _)| *s).collect();
         let ids = self.wal.append(ops).await?;
-        for (slot, id) in slots.into_iter().zip(&ids) {
+        let mut last: std::collections::BTreeMap<ShardId, &WalId> = std::collections::BTreeMap::new();
+        for ((slot, id), shard) in slots.into_iter().zip(&ids).zip(shards) {
             results[slot] = Ok(id.to_string());
+            last.insert(shard, id);
         }
-        if let Some(last) = ids.last() {
-            self.hint(last);
-            if wait {
-                self.wait_applied(last).await?;
+        for (shard, id) in &last {
+            self.hint(*shard, id);
+        }
+        if wait {
+            for (shard, id) in last {
+                self.wait_applied(shard, id).await?;
             }
         }
         Ok(results)
@@ -260,8 +293,8 @@ impl Catalog {
     /// Asks for an apply hint for an entry (sent in the background, coalesced; see
     /// [`crate::hinter`]) and wakes this process's queue worker. A lost hint only delays
     /// the entry until the sweeper applies it.
-    fn hint(&self, id: &WalId) {
-        self.hints.hint(SHARD, id);
+    fn hint(&self, shard: ShardId, id: &WalId) {
+        self.hints.hint(shard, id);
         self.work.notify_one();
     }
 
@@ -276,16 +309,16 @@ impl Catalog {
         &self.work
     }
 
-    /// Blocks until entry `id` is applied, applying it here when no other applier holds the
-    /// shard. [`Error::Timeout`] after [`CatalogOptions::wait_timeout`]: an apply pass run
+    /// Blocks until entry `id` of `shard` is applied, applying the shard here when no other
+    /// applier holds it. [`Error::Timeout`] after [`CatalogOptions::wait_timeout`]: an apply pass run
     /// here stops at its first page boundary past the deadline, so the wait ends within the
     /// timeout plus the time to apply one page ([`crate::wal::apply::DRAIN_PAGE`] entries).
-    pub async fn wait_applied(&self, id: &WalId) -> Result<bool> {
+    pub async fn wait_applied(&self, shard: ShardId, id: &WalId) -> Result<bool> {
         let deadline = Instant::now() + self.opts.wait_timeout;
         let mut delay = Duration::from_millis(5);
         loop {
-            let _ = self.wal.apply_pending_by(deadline.min(Instant::now() + self.opts.wal.apply_budget)).await?;
-            if !self.wal.is_pending(id).await? {
+            let _ = self.applier.apply_shard_by(shard, deadline.min(Instant::now() + self.opts.wal.apply_budget)).await?;
+            if !self.wal.is_pending(shard, id).await? {
                 return match self.wal.dead_reason(id).await? {
                     None => Ok(true),
                     Some(reason) => {
@@ -324,37 +357,56 @@ impl Catalog {
             .collect())
     }
 
-    /// Where a WAL entry is: pending, applied or dead. The applier advances the checkpoint
-    /// before it removes applied entries, so an entry applied just before a crash is either
-    /// still pending (and applied again, idempotently) or at or below the checkpoint.
+    /// Where a WAL entry is: pending (in any shard), applied or dead. The applier advances a
+    /// shard's checkpoint before it removes applied entries, so an entry applied just before a
+    /// crash is either still pending (and applied again, idempotently) or at or below its
+    /// shard's checkpoint.
     /// [`Error::NotFound`] for an id that is in none of these states.
     pub async fn wal_state(&self, id: &str) -> Result<WalState> {
         let id = WalId::parse(id).ok_or_else(|| Error::invalid(format!("'{id}' is not a WAL id")))?;
-        if self.wal.is_pending(&id).await? {
+        if self.wal.find_pending(&id).await?.is_some() {
             return Ok(WalState::Pending);
         }
         if self.wal.dead_reason(&id).await?.is_some() {
             return Ok(WalState::Dead);
         }
-        match self.wal.checkpoint().await? {
+        match self.wal.latest_checkpoint().await? {
             Some(cp) if id <= cp => Ok(WalState::Applied),
             _ => Err(Error::NotFound(format!("WAL entry {id} is not pending and was never applied"))),
         }
     }
 
-    /// Applies every pending entry now (the `recover` of the product description).
+    /// Applies every pending entry of every shard now (the `recover` of the product
+    /// description).
     pub async fn recover(&self) -> Result<DrainOutcome> {
-        self.wal.apply_pending().await
+        self.applier.apply_all().await
     }
 
     /// Pending entries, oldest pending age, checkpoint, poison and dead counts, and the
     /// request counts when the catalog has them.
     pub async fn status(&self) -> Result<Status> {
-        let (pending, oldest) = self.wal.pending_stats().await?;
+        let count = self.wal.current_shard_count().await?;
+        let shards = futures::future::try_join_all(ShardId::all(count).map(|s| async move {
+            let (pending, oldest) = self.wal.pending_stats(s).await?;
+            let checkpoint = self.wal.checkpoint(s).await?;
+            Ok::<_, Error>((s, pending, oldest, checkpoint))
+        }))
+        .await?;
+        let oldest = shards.iter().filter_map(|(_, _, o, _)| o.clone()).min();
+        let checkpoint = shards.iter().filter_map(|(_, _, _, c)| c.clone()).max();
         Ok(Status {
-            pending,
+            pending: shards.iter().map(|(_, n, _, _)| n).sum(),
             oldest_pending_age_ms: oldest.as_ref().and_then(age_ms),
-            checkpoint: self.wal.checkpoint().await?.map(|c| c.to_string()),
+            checkpoint: checkpoint.map(|c| c.to_string()),
+            shards: shards
+                .into_iter()
+                .map(|(s, pending, oldest, checkpoint)| ShardStatus {
+                    shard: s.partition(),
+                    pending,
+                    oldest_pending_age_ms: oldest.as_ref().and_then(age_ms),
+                    checkpoint: checkpoint.map(|c| c.to_string()),
+                })
+                .collect(),
             poison: self.store.approximate_count(&self.names.poison_queue).await?,
             dead: self.wal.dead_count().await?,
             requests: self.requests.as_ref().map(|c| c.snapshot()),
@@ -363,16 +415,19 @@ impl Catalog {
 
     /// One sweep (see [`crate::wal::sweep`]).
     pub async fn sweep(&self) -> Result<SweepReport> {
-        self.wal.sweep(self.opts.sweep_apply_after).await
+        self.applier.sweep(self.opts.sweep_apply_after).await
     }
 
     /// Handles one apply-queue message (decoded text, i.e. after Base64). Hints apply the
-    /// shard; intents are logged once per `message_id` and applied. A message that can
+    /// shard they name; intents are logged once per `message_id` (in shard 0) and applied. A message that can
     /// never succeed is put on the poison queue with its reason and reported as
     /// [`MessageOutcome::Poisoned`]; a transient failure is an `Err` (retry the message).
     pub async fn process_message(&self, text: &str, message_id: &str, dequeue_count: u32) -> Result<MessageOutcome> {
         let parsed = messages::parse(text).and_then(|m| match m {
-            Message::Hint(_) => Ok(None),
+            Message::Hint(h) => match ShardId::from_partition(&h.shard) {
+                Some(shard) => Ok((shard, None)),
+                None => Err(Error::invalid(format!("hint: '{}' is not a WAL shard (wal, wal-01..)", h.shard))),
+            },
             Message::Intent(i) => {
                 let op = i.to_op()?;
                 match &op {
@@ -383,11 +438,11 @@ impl Catalog {
                     }
                     Op::Delete { filter } => filter.validate(self.schema())?,
                 }
-                Ok(Some(op))
+                Ok((ShardId::ZERO, Some(op)))
             }
         });
-        let op = match parsed {
-            Ok(op) => op,
+        let (shard, op) = match parsed {
+            Ok(parsed) => parsed,
             Err(e) => {
                 let reason = e.to_string();
                 self.poison(text, message_id, dequeue_count, &reason).await?;
@@ -398,10 +453,10 @@ impl Catalog {
             Some(op) => Some(self.wal.append_intent(op, message_id).await?.to_string()),
             None => None,
         };
-        if let DrainOutcome::Partial { .. } = self.wal.apply_pending().await? {
+        if let DrainOutcome::Partial { .. } = self.applier.apply_shard(shard).await? {
             // Out of time with entries still pending: hand the rest to the next invocation.
-            if let Some(cp) = self.wal.checkpoint().await? {
-                self.hint(&cp);
+            if let Some(oldest) = self.wal.oldest_pending(shard).await? {
+                self.hint(shard, &oldest);
             }
         }
         Ok(MessageOutcome::Applied { id })

@@ -1,11 +1,12 @@
 //! Apply-queue hints, sent after the acknowledgement and coalesced.
 //!
 //! A hint (`{"v":1,"shard":..,"id":..}`) only wakes an applier: whoever consumes it applies
-//! everything pending in the shard, not just the entry it names. So a process needs at most
-//! one hint in flight, plus one more for the writes logged while it was being sent (an
-//! applier that had already looked at the pending entries might otherwise miss them). While
-//! hints keep coming, this sends one, waits [`MIN_GAP`], and sends one more if anything was
-//! logged meanwhile: at most one queue message per `MIN_GAP` per process, however many writes.
+//! everything pending in the shard it names, not just the entry. So a process needs at most
+//! one hint per shard in flight, plus one more for the writes logged while it was being sent
+//! (an applier that had already looked at the pending entries might otherwise miss them).
+//! While hints keep coming, this sends one per shard written to, waits [`MIN_GAP`], and sends
+//! again for the shards written meanwhile: at most one queue message per shard per `MIN_GAP`
+//! per process, however many writes.
 //!
 //! Hints are sent by a background task: a write is acknowledged once its entry is durable,
 //! without waiting for the queue. A lost hint (the process dies, the queue fails) delays the
@@ -17,7 +18,7 @@ use std::time::Duration;
 use crate::faults;
 use crate::messages;
 use crate::store::Store;
-use crate::wal::WalId;
+use crate::wal::{ShardId, WalId};
 
 /// Shortest time between two hints of one process.
 pub const MIN_GAP: Duration = Duration::from_millis(20);
@@ -26,8 +27,8 @@ pub const MIN_GAP: Duration = Duration::from_millis(20);
 struct State {
     /// A sender task is running.
     sending: bool,
-    /// The newest id logged since the sender last read this.
-    latest: Option<(String, WalId)>,
+    /// The newest id of each shard logged since the sender last read this.
+    latest: std::collections::BTreeMap<ShardId, WalId>,
 }
 
 /// Sends hints for one catalog's apply queue (cheap to clone).
@@ -52,9 +53,9 @@ impl Hinter {
     }
 
     /// Asks for a hint naming entry `id` of `shard`; returns at once.
-    pub fn hint(&self, shard: &str, id: &WalId) {
+    pub fn hint(&self, shard: ShardId, id: &WalId) {
         let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        st.latest = Some((shard.to_string(), id.clone()));
+        st.latest.insert(shard, id.clone());
         if !std::mem::replace(&mut st.sending, true) {
             tokio::spawn(self.clone().send_until_idle());
         }
@@ -78,26 +79,24 @@ impl Hinter {
         loop {
             let next = {
                 let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
-                match st.latest.take() {
-                    Some(n) => n,
-                    None => {
-                        st.sending = false;
-                        self.idle.notify_waiters();
-                        return;
-                    }
+                if st.latest.is_empty() {
+                    st.sending = false;
+                    self.idle.notify_waiters();
+                    return;
                 }
+                std::mem::take(&mut st.latest)
             };
-            self.send(&next.0, &next.1).await;
+            futures::future::join_all(next.iter().map(|(shard, id)| self.send(*shard, id))).await;
             tokio::time::sleep(MIN_GAP).await;
         }
     }
 
-    async fn send(&self, shard: &str, id: &WalId) {
+    async fn send(&self, shard: ShardId, id: &WalId) {
         if let Err(e) = faults::point("before_enqueue") {
             tracing::warn!(wal_id = %id, error = %e, "apply hint not sent (fault point); the sweeper will apply the entry");
             return;
         }
-        let text = messages::encode(&messages::hint_json(shard, id.as_str()));
+        let text = messages::encode(&messages::hint_json(&shard.partition(), id.as_str()));
         if let Err(e) = self.store.put_message(&self.queue, &text, Duration::ZERO).await {
             tracing::warn!(wal_id = %id, error = %e, "could not enqueue the apply hint; the sweeper will apply the entry");
         }

@@ -11,6 +11,7 @@ pub mod settings;
 pub mod store;
 
 pub use error::{Error, Result};
+pub mod apply;
 pub mod catalog;
 pub mod config;
 pub mod faults;

@@ -1,6 +1,7 @@
 //! `serve`: the whole system in one process. The HTTP API, a queue worker that plays the
-//! part of the Functions `apply` trigger (same retry and poison rules), and a timer that
-//! plays the part of the `sweep` trigger.
+//! part of the Functions `apply` trigger (same retry and poison rules; the messages of one
+//! receive are handled concurrently, so the WAL shards are applied in parallel), and a timer
+//! that plays the part of the `sweep` trigger.
 //!
 //! Shutdown (Ctrl-C / SIGTERM, or the future passed to [`serve`]): stop accepting requests,
 //! let in-flight requests and the message being applied finish, then return.
@@ -9,6 +10,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::StreamExt;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
@@ -94,9 +96,9 @@ pub async fn run_worker(catalog: Arc<Catalog>, opts: ServeOptions, mut stop: wat
         match received {
             Ok(msgs) if !msgs.is_empty() => {
                 idle = Duration::from_millis(20);
-                for m in msgs {
-                    handle_message(&catalog, m).await;
-                }
+                // Concurrently, like the Functions host with `batchSize`: hints of different
+                // shards are applied in parallel (hints of one shard find it busy and return).
+                futures::stream::iter(msgs).for_each_concurrent(None, |m| handle_message(&catalog, m)).await;
                 continue;
             }
             Ok(_) => {}

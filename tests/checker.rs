@@ -380,7 +380,8 @@ async fn check(backend: common::Backend, run: Run) {
     loop {
         c0.recover().await.unwrap();
         let queued = c0.store().approximate_count(&names.queue).await.unwrap();
-        let oldest = c0.wal().pending_page(1).await.unwrap().first().map(|e| e.row_key.clone());
+        let st = c0.status().await.unwrap();
+        let oldest = (st.pending > 0).then(|| format!("{} pending, checkpoint {:?}", st.pending, st.checkpoint));
         if queued == 0 && oldest.is_none() {
             break;
         }

@@ -201,7 +201,7 @@ async fn every_crash_point_and_storage_fault_recovers() {
                             faulty.add(Rule::new(&[kind], Trigger::Nth(nth), fault));
                             run_write(&c, w).await
                         };
-                        let logged = !faulty.committed("wal", ":").is_empty();
+                        let logged = !faulty.committed_entries().is_empty();
                         if faulty.counts().1 > 0 {
                             *fired.entry(format!("{kind:?} commit={commit}")).or_default() += 1;
                         }

@@ -457,7 +457,8 @@ async fn timer_sweeps_an_entry_whose_hint_was_lost() {
         .await
         .unwrap();
     let airport = json!({"icao": "ZZSW", "iata": "ZSW", "name": "Sweeper Field"});
-    let ids = catalog.wal().append(vec![Op::Upsert { record: record(airport.clone()) }]).await.unwrap();
+    let op = Op::Upsert { record: record(airport.clone()) };
+    let ids = catalog.wal().append(vec![(catalog.applier().route(&op).unwrap(), op)]).await.unwrap();
     let appended = Instant::now();
     let wal_id = ids[0].to_string();
 

@@ -204,7 +204,10 @@ async fn regression_tombstone_applied_from_a_backlog_outlives_a_stale_lease_hold
 /// storage appliers took the shard from one another forever. Progress is now committed per
 /// group (at most 64 upserts, or one filter operation).
 async fn lease_lost_mid_page_scenario(backend: common::Backend) {
-    let Pair { inner, names, slow, x, y } = pair(backend, "page", options()).await;
+    // One shard: the scenario counts the groups of one applier.
+    let mut opts = options();
+    opts.wal.shards = 1;
+    let Pair { inner, names, slow, x, y } = pair(backend, "page", opts).await;
     let records: Vec<Record> = (0..200)
         .map(|i| {
             json!({"icao": format!("T{i:03}"), "iata": format!("I{i:03}"), "lid": format!("L{i:03}"), "name": format!("Test field {i}")})

@@ -13,7 +13,7 @@ use table_catalog::import::{self, Format};
 use table_catalog::query::Filter;
 use table_catalog::server::{self, ServeOptions};
 use table_catalog::settings;
-use table_catalog::wal::apply::DrainOutcome;
+use table_catalog::apply::DrainOutcome;
 
 use super::{Cli, Command, FormatArg};
 

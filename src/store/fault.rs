@@ -179,15 +179,10 @@ impl FaultStore {
         (self.calls.load(Ordering::Relaxed), self.injected.load(Ordering::Relaxed))
     }
 
-    /// Every committed write of an entity whose PartitionKey is `partition` and whose RowKey
-    /// sorts before `before` (for WAL entries: `wal`, `:`), in commit order.
-    pub fn committed(&self, partition: &str, before: &str) -> Vec<(String, Entity)> {
-        self.wal_log
-            .lock()
-            .map(|l| {
-                l.iter().filter(|(_, e)| e.partition_key == partition && e.row_key.as_str() < before).cloned().collect()
-            })
-            .unwrap_or_default()
+    /// Every committed write of a pending WAL entry, in any shard, in commit order: (table,
+    /// entity).
+    pub fn committed_entries(&self) -> Vec<(String, Entity)> {
+        self.wal_log.lock().map(|l| l.clone()).unwrap_or_default()
     }
 
     fn pick(&self, op: OpKind, target: &str) -> Option<Fault> {
@@ -242,7 +237,7 @@ impl FaultStore {
     fn record(&self, table: &str, entities: impl IntoIterator<Item = Entity>) {
         if let Ok(mut log) = self.wal_log.lock() {
             for e in entities {
-                if e.partition_key == crate::wal::SHARD && e.row_key.as_str() < crate::wal::PENDING_BEFORE {
+                if crate::wal::ShardId::from_partition(&e.partition_key).is_some() && e.row_key.as_str() < crate::wal::PENDING_BEFORE {
                     log.push((table.to_string(), e));
                 }
             }

@@ -15,6 +15,7 @@
 //! round may have been written; they are applied like any other (the caller was not
 //! acknowledged, so nothing promised they would not be).
 
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
 use futures::future::try_join_all;
@@ -22,13 +23,13 @@ use tokio::sync::oneshot;
 
 use super::clock::Clock;
 use super::entry::WalEntry;
-use super::{intent_marker_key, Op, Wal, WalId, SHARD};
+use super::{intent_marker_key, Op, ShardId, Wal, WalId};
 use crate::error::{Error, Result};
 use crate::faults;
 use crate::store::{BatchOp, Entity, Store, StoreError, Value, MAX_BATCH_BYTES, MAX_BATCH_OPS};
 
 struct Waiter {
-    ops: Vec<Op>,
+    ops: Vec<(ShardId, Op)>,
     reply: oneshot::Sender<Result<Vec<WalId>>>,
 }
 
@@ -57,7 +58,7 @@ impl Appender {
     }
 
     /// Queues `ops` for the next round and waits for it.
-    async fn append(&self, ops: Vec<Op>) -> Result<Vec<WalId>> {
+    async fn append(&self, ops: Vec<(ShardId, Op)>) -> Result<Vec<WalId>> {
         let (tx, rx) = oneshot::channel();
         let start = {
             let mut q = self.queue.lock().unwrap_or_else(|p| p.into_inner());
@@ -85,7 +86,7 @@ impl Appender {
                 }
                 std::mem::take(&mut q.waiting)
             };
-            let ops: Vec<Op> = round.iter().flat_map(|w| w.ops.iter().cloned()).collect();
+            let ops: Vec<(ShardId, Op)> = round.iter().flat_map(|w| w.ops.iter().cloned()).collect();
             let result = self.round(ops).await;
             let mut offset = 0;
             for w in round {
@@ -100,12 +101,17 @@ impl Appender {
         }
     }
 
-    /// Allocates ids for `ops`, writes the entries and publishes the clock.
-    async fn round(&self, ops: Vec<Op>) -> Result<Vec<WalId>> {
+    /// Allocates ids for `ops`, writes the entries (one entity group transaction per shard
+    /// and 100 entries, all concurrently) and publishes the clock.
+    async fn round(&self, ops: Vec<(ShardId, Op)>) -> Result<Vec<WalId>> {
         let (ids, last) = self.reserve_ids(ops.len()).await?;
-        let entities: Vec<Entity> =
-            ids.iter().zip(ops).map(|(id, op)| WalEntry { id: id.clone(), op }.to_entity(SHARD)).collect();
-        let writes = try_join_all(batches(&entities).into_iter().map(|group| self.write_entries(group)));
+        let mut by_shard: BTreeMap<ShardId, Vec<Entity>> = BTreeMap::new();
+        for (id, (shard, op)) in ids.iter().zip(ops) {
+            by_shard.entry(shard).or_default().push(WalEntry { id: id.clone(), op }.to_entity(&shard.partition()));
+        }
+        let groups: Vec<(ShardId, &[Entity])> =
+            by_shard.iter().flat_map(|(s, es)| batches(es).into_iter().map(move |g| (*s, g))).collect();
+        let writes = try_join_all(groups.into_iter().map(|(shard, group)| self.write_entries(shard, group)));
         let publish = self.clock.publish(self.store.as_ref(), &self.table, last);
         // Both run to the end (no cancellation of an entry write half way), then the first
         // error is reported.
@@ -125,12 +131,12 @@ impl Appender {
         Ok((ids, start + n as i64 - 1))
     }
 
-    async fn write_entries(&self, group: &[Entity]) -> Result<()> {
+    async fn write_entries(&self, shard: ShardId, group: &[Entity]) -> Result<()> {
         let result = if let [single] = group {
             self.store.insert(&self.table, single).await.map(|_| ())
         } else {
             let ops: Vec<BatchOp> = group.iter().cloned().map(BatchOp::Insert).collect();
-            self.store.batch(&self.table, SHARD, &ops).await.map(|_| ())
+            self.store.batch(&self.table, &shard.partition(), &ops).await.map(|_| ())
         };
         match result {
             // Ids are unique, so an existing entry is ours (a retried request that had
@@ -151,11 +157,12 @@ impl Appender {
 }
 
 impl Wal {
-    /// Logs operations durably and returns their ids, in order. Concurrent callers share
-    /// rounds (see the module docs); when this returns `Ok`, every entry is durable and the
-    /// ids are published, so any operation issued afterwards, in any process, gets a larger
-    /// id. On `Err` some entries may have been written; they will be applied.
-    pub async fn append(&self, ops: Vec<Op>) -> Result<Vec<WalId>> {
+    /// Logs operations durably, each in the shard it is routed to, and returns their ids,
+    /// in order. Concurrent callers share rounds (see the module docs); when this returns
+    /// `Ok`, every entry is durable and the ids are published, so any operation issued
+    /// afterwards, in any process, gets a larger id. On `Err` some entries may have been
+    /// written; they will be applied.
+    pub async fn append(&self, ops: Vec<(ShardId, Op)>) -> Result<Vec<WalId>> {
         if ops.is_empty() {
             return Ok(Vec::new());
         }
@@ -166,7 +173,8 @@ impl Wal {
 
     /// Logs an operation that arrived as queue message `message_id`, once: a redelivered
     /// message returns the id it was first logged under. The entry and its marker are
-    /// written in one entity group transaction.
+    /// written in one entity group transaction, in shard 0 (so a redelivery finds the
+    /// marker whatever the shard count is by then).
     pub async fn append_intent(&self, op: Op, message_id: &str) -> Result<WalId> {
         let marker_key = intent_marker_key(message_id);
         if let Some(id) = self.intent_logged(&marker_key).await? {
@@ -174,12 +182,13 @@ impl Wal {
         }
         let (mut ids, last) = self.appender.reserve_ids(1).await?;
         let id = ids.remove(0);
-        let entry = WalEntry { id: id.clone(), op }.to_entity(SHARD);
-        let marker = Entity::new(SHARD, marker_key.as_str())
+        let shard = ShardId::ZERO.partition();
+        let entry = WalEntry { id: id.clone(), op }.to_entity(&shard);
+        let marker = Entity::new(shard.as_str(), marker_key.as_str())
             .with("id", Value::String(id.to_string()))
             .with("at", Value::Int64(super::id::now_micros()));
         let write = async {
-            match self.store.batch(&self.table, SHARD, &[BatchOp::Insert(entry), BatchOp::Insert(marker)]).await {
+            match self.store.batch(&self.table, &shard, &[BatchOp::Insert(entry), BatchOp::Insert(marker)]).await {
                 Ok(_) => Ok(id.clone()),
                 Err(StoreError::BatchFailed { .. }) => {
                     // Logged meanwhile by another delivery of the same message (or by a retried
@@ -200,7 +209,7 @@ impl Wal {
     async fn intent_logged(&self, marker_key: &str) -> Result<Option<WalId>> {
         Ok(self
             .store
-            .get(&self.table, SHARD, marker_key)
+            .get(&self.table, super::SHARD, marker_key)
             .await?
             .and_then(|m| m.str("id").map(|s| WalId::from_stored(s.to_string()))))
     }

@@ -1,4 +1,4 @@
-//! The applier lease: one row (`metadata/lease-{shard}`) with an owner and an expiry, taken
+//! The applier lease: one row per shard (`metadata/lease-{partition}`) with an owner and an expiry, taken
 //! and renewed with ETag compare-and-swap, so at most one applier works on a shard at a
 //! time while the lease holds.
 //!
@@ -9,19 +9,25 @@
 
 use std::time::{Duration, Instant};
 
-use super::{Wal, METADATA, SHARD};
+use super::{ShardId, Wal, METADATA};
 use crate::error::Result;
 use crate::store::{ETag, Entity, IfMatch, StoreError, Value};
 
 /// A held lease.
 #[derive(Debug)]
 pub struct Lease {
+    shard: ShardId,
     etag: ETag,
     renewed: Instant,
     duration: Duration,
 }
 
 impl Lease {
+    /// The shard it is the lease of.
+    pub fn shard(&self) -> ShardId {
+        self.shard
+    }
+
     /// True while the holder may still write without renewing.
     pub fn fresh(&self) -> bool {
         self.renewed.elapsed() < self.duration / 2
@@ -37,24 +43,20 @@ fn wall_ms() -> i64 {
     super::id::now_micros() / 1000
 }
 
-fn lease_row() -> String {
-    format!("lease-{SHARD}")
-}
-
 impl Wal {
-    fn lease_entity(&self, expires_ms: i64) -> Entity {
-        Entity::new(METADATA, lease_row())
+    fn lease_entity(&self, shard: ShardId, expires_ms: i64) -> Entity {
+        Entity::new(METADATA, shard.lease_row())
             .with("owner", Value::String(self.owner.clone()))
             .with("expires", Value::Int64(expires_ms))
     }
 
     /// Takes the lease if it is free, expired, or already ours. `None` when someone else
     /// holds it.
-    pub async fn acquire_lease(&self) -> Result<Option<Lease>> {
+    pub async fn acquire_lease(&self, shard: ShardId) -> Result<Option<Lease>> {
         let dur = self.opts.lease_duration;
         let started = Instant::now();
-        let want = self.lease_entity(wall_ms() + dur.as_millis() as i64);
-        let cur = self.store.get(&self.table, METADATA, &lease_row()).await?;
+        let want = self.lease_entity(shard, wall_ms() + dur.as_millis() as i64);
+        let cur = self.store.get(&self.table, METADATA, &shard.lease_row()).await?;
         let written = match cur {
             None => self.store.insert(&self.table, &want).await,
             Some(c) => {
@@ -70,7 +72,7 @@ impl Wal {
             }
         };
         match written {
-            Ok(etag) => Ok(Some(Lease { etag, renewed: started, duration: dur })),
+            Ok(etag) => Ok(Some(Lease { shard, etag, renewed: started, duration: dur })),
             Err(StoreError::AlreadyExists(_) | StoreError::PreconditionFailed(_) | StoreError::NotFound(_)) => Ok(None),
             Err(e) => Err(e.into()),
         }
@@ -79,7 +81,7 @@ impl Wal {
     /// Extends a held lease. `Ok(false)` when it was lost to another applier.
     pub async fn renew_lease(&self, lease: &mut Lease) -> Result<bool> {
         let started = Instant::now();
-        let want = self.lease_entity(wall_ms() + lease.duration.as_millis() as i64);
+        let want = self.lease_entity(lease.shard, wall_ms() + lease.duration.as_millis() as i64);
         match self.store.replace(&self.table, &want, &IfMatch::Etag(lease.etag.clone())).await {
             Ok(etag) => {
                 lease.etag = etag;
@@ -102,7 +104,7 @@ impl Wal {
 
     /// Gives the lease up (best effort: an expired lease is free anyway).
     pub async fn release_lease(&self, lease: Lease) {
-        let e = self.lease_entity(0);
+        let e = self.lease_entity(lease.shard, 0);
         if let Err(err) = self.store.replace(&self.table, &e, &IfMatch::Etag(lease.etag)).await {
             tracing::debug!(error = %err, "lease release failed; it will expire");
         }

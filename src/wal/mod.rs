@@ -1,41 +1,40 @@
-//! The write-ahead log: how a write becomes durable before its multi-partition fan-out, and
-//! how the fan-out is applied exactly once in effect, whatever crashes or duplicates happen.
+//! The write-ahead log: how a write becomes durable before its multi-partition fan-out.
+//! Applying it (fan-out, fencing, tombstones, the barrier) is [`crate::apply`].
 //!
 //! Layout of the WAL table (PartitionKey / RowKey):
-//! - `wal` / [`WalId`]: pending entries ([`entry`]). An entry is removed once applied.
+//! - `wal`, `wal-01`.. / [`WalId`]: pending entries ([`entry`]) of each shard ([`shard`]).
+//!   An entry is removed once applied.
 //! - `wal` / `intent:{message}`: marks a queue intent as logged (see [`Wal::append_intent`]).
-//! - `metadata` / `checkpoint`: the last applied WAL id, property `datetime` (as the reference).
+//! - `metadata` / `checkpoint`, `checkpoint-wal-01`..: the last applied WAL id of each shard,
+//!   property `datetime` (as the reference) ([`checkpoint`]).
 //! - `metadata` / `clock-{owner}`: the highest id timestamp each process handed out ([`clock`]).
-//! - `metadata` / `lease-wal`: the applier lease ([`lease`]).
+//! - `metadata` / `lease-wal`, `lease-wal-01`..: the applier lease of each shard ([`lease`]).
+//! - `metadata` / `shards`: the shard count ([`shard`]).
 //! - `metadata` / `schema`: the catalog schema, stored on first use.
 //! - `tombstones` / `{WalId}_{hash}`: tombstones written by deletes, for the sweeper.
 //! - `dead` / [`WalId`]: entries that can never be applied, with the reason, so they never
 //!   block the entries behind them.
-//!
-//! The protocol (apply order, fencing, recovery) is in [`apply`]; periodic maintenance in
-//! [`sweep`].
 
 pub mod append;
-pub mod apply;
+pub mod checkpoint;
 pub mod clock;
 pub mod entry;
 pub mod id;
 pub mod lease;
-pub mod row_cache;
 pub mod shard;
-pub mod sweep;
 
 pub use entry::{Op, WalEntry};
 pub use id::WalId;
+pub use shard::ShardId;
 
+use std::sync::atomic::{AtomicU16, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::error::{Error, Result};
-use crate::schema::Schema;
-use crate::store::{ETag, Entity, IfMatch, RowRange, Store, StoreError, Value};
+use crate::error::Result;
+use crate::store::{Entity, RowRange, Store};
 
-/// The single shard's PartitionKey. (The layout allows `wal-00`.. shards later.)
+/// The PartitionKey of shard 0 (the partition of catalogs from before shards).
 pub const SHARD: &str = "wal";
 /// PartitionKey of metadata rows.
 pub const METADATA: &str = "metadata";
@@ -88,135 +87,105 @@ impl Default for WalOptions {
     }
 }
 
-/// The WAL of one catalog: append, apply, sweep.
+/// The WAL of one catalog: shards, append, leases, checkpoints.
 pub struct Wal {
     pub(crate) store: Arc<dyn Store>,
     /// WAL table name.
     pub(crate) table: String,
-    /// Catalog table name.
-    pub(crate) catalog_table: String,
-    pub(crate) schema: Schema,
     pub(crate) opts: WalOptions,
     /// Lease owner id of this process.
     pub(crate) owner: String,
-    /// One applier per process at a time.
-    pub(crate) apply_lock: tokio::sync::Mutex<()>,
     /// Group-commit appender and id clock of this process.
     pub(crate) appender: append::Appender,
-    /// Catalog rows this process last wrote or read (ETag, WAL id), for one-request updates.
-    pub(crate) rows: row_cache::RowCache,
+    /// Shards new entries are routed over (the stored count when this process opened).
+    shards: AtomicU16,
 }
 
 impl std::fmt::Debug for Wal {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Wal").field("table", &self.table).field("catalog_table", &self.catalog_table).finish()
+        f.debug_struct("Wal").field("table", &self.table).field("shards", &self.shard_count()).finish()
     }
 }
 
-fn is_conflict(e: &StoreError) -> bool {
-    matches!(e, StoreError::AlreadyExists(_) | StoreError::PreconditionFailed(_) | StoreError::NotFound(_))
+fn pending_range() -> RowRange {
+    RowRange { before: Some(PENDING_BEFORE.into()), ..RowRange::default() }
 }
 
 impl Wal {
-    /// A WAL over `table` for the catalog table `catalog_table`. Call [`Wal::init`] before use.
-    pub fn new(store: Arc<dyn Store>, table: String, catalog_table: String, schema: Schema, opts: WalOptions) -> Wal {
+    /// A WAL in `table`. Call [`Wal::init`] before use.
+    pub fn new(store: Arc<dyn Store>, table: String, opts: WalOptions) -> Wal {
         let owner = uuid::Uuid::new_v4().to_string();
         let clock = clock::Clock::new(&owner, opts.clock_skew_us);
         let appender = append::Appender::new(store.clone(), table.clone(), clock);
-        Wal {
-            store,
-            table,
-            catalog_table,
-            schema,
-            opts,
-            owner,
-            apply_lock: tokio::sync::Mutex::new(()),
-            appender,
-            rows: row_cache::RowCache::default(),
-        }
+        let shards = AtomicU16::new(opts.shards.clamp(1, shard::MAX_SHARDS));
+        Wal { store, table, opts, owner, appender, shards }
     }
 
-    /// Creates both tables and stores or checks the schema: a catalog opened with another
-    /// schema than the one it was created with fails with [`Error::SchemaMismatch`].
+    /// Creates the WAL table and raises the stored shard count to the configured one
+    /// ([`shard::raise_count`]); new entries are then routed over the count in force.
     pub async fn init(&self) -> Result<()> {
+        shard::check_count("shards", self.opts.shards)?;
         self.store.create_table(&self.table).await?;
-        self.store.create_table(&self.catalog_table).await?;
-        let want = Entity::new(METADATA, "schema")
-            .with("index_keys", Value::String(self.schema.index_keys.join(",")))
-            .with("row_key", Value::String(self.schema.row_key.clone()))
-            .with("v", Value::Int32(entry::FORMAT_VERSION));
-        let stored = match self.store.insert(&self.table, &want).await {
-            Ok(_) => return Ok(()),
-            Err(StoreError::AlreadyExists(_)) => self.store.get(&self.table, METADATA, "schema").await?,
-            Err(e) => return Err(e.into()),
-        };
-        let stored = stored.ok_or_else(|| Error::SchemaMismatch("schema row vanished while opening".into()))?;
-        let keys = stored.str("index_keys").unwrap_or_default();
-        let row_key = stored.str("row_key").unwrap_or_default();
-        if Schema::parse_list(keys) != self.schema.index_keys || row_key != self.schema.row_key {
-            return Err(Error::SchemaMismatch(format!(
-                "catalog '{}' was created with index keys [{keys}] and row key '{row_key}', but this process is configured with index keys [{}] and row key '{}'; use the original schema or another catalog name",
-                self.catalog_table,
-                self.schema.index_keys.join(","),
-                self.schema.row_key
-            )));
-        }
+        let count = shard::raise_count(self.store.as_ref(), &self.table, self.opts.shards).await?;
+        self.shards.store(count, Ordering::Relaxed);
         Ok(())
     }
 
-    /// Up to `limit` pending entries (raw entities) in id order.
-    pub async fn pending_page(&self, limit: usize) -> Result<Vec<Entity>> {
-        let range = RowRange { before: Some(PENDING_BEFORE.into()), ..RowRange::default() };
-        Ok(self.store.query_partition(&self.table, SHARD, &range, limit, None).await?.entities)
+    /// The storage backend.
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.store
     }
 
-    /// Number of pending entries and the oldest pending id. Reads keys only (see
+    /// The WAL table name.
+    pub fn table(&self) -> &str {
+        &self.table
+    }
+
+    /// Shards new entries are routed over.
+    pub fn shard_count(&self) -> u16 {
+        self.shards.load(Ordering::Relaxed)
+    }
+
+    /// The stored shard count, read now: every shard that may hold entries is below it
+    /// (another process may have raised it since this one opened). Also raises this
+    /// process's routing count to it.
+    pub async fn current_shard_count(&self) -> Result<u16> {
+        let n = shard::stored_count(self.store.as_ref(), &self.table).await?.max(self.shard_count());
+        self.shards.fetch_max(n, Ordering::Relaxed);
+        Ok(n)
+    }
+
+    /// Up to `limit` pending entries of `shard` (raw entities) in id order.
+    pub async fn pending_page(&self, shard: ShardId, limit: usize) -> Result<Vec<Entity>> {
+        Ok(self.store.query_partition(&self.table, &shard.partition(), &pending_range(), limit, None).await?.entities)
+    }
+
+    /// The oldest pending id of `shard`, if any (one request).
+    pub async fn oldest_pending(&self, shard: ShardId) -> Result<Option<WalId>> {
+        Ok(self.pending_page(shard, 1).await?.first().map(|e| WalId::from_stored(e.row_key.clone())))
+    }
+
+    /// Number of pending entries of `shard` and its oldest pending id. Reads keys only (see
     /// [`crate::store::TableStore::count_range`]): one request per 1,000 entries on Azure.
-    pub async fn pending_stats(&self) -> Result<(u64, Option<WalId>)> {
-        let range = RowRange { before: Some(PENDING_BEFORE.into()), ..RowRange::default() };
-        let (count, first) = self.store.count_range(&self.table, SHARD, &range).await?;
+    pub async fn pending_stats(&self, shard: ShardId) -> Result<(u64, Option<WalId>)> {
+        let (count, first) = self.store.count_range(&self.table, &shard.partition(), &pending_range()).await?;
         Ok((count, first.map(WalId::from_stored)))
     }
 
-    /// True while the entry is pending (logged and not yet applied).
-    pub async fn is_pending(&self, id: &WalId) -> Result<bool> {
-        Ok(self.store.get(&self.table, SHARD, id.as_str()).await?.is_some())
+    /// True while the entry is pending in `shard` (logged and not yet applied).
+    pub async fn is_pending(&self, shard: ShardId, id: &WalId) -> Result<bool> {
+        Ok(self.store.get(&self.table, &shard.partition(), id.as_str()).await?.is_some())
     }
 
-    /// The last applied id recorded in the checkpoint row.
-    pub async fn checkpoint(&self) -> Result<Option<WalId>> {
-        Ok(self
-            .store
-            .get(&self.table, METADATA, "checkpoint")
-            .await?
-            .and_then(|e| e.str("datetime").map(|s| WalId::from_stored(s.to_string()))))
-    }
-
-    /// Moves the checkpoint forward to `id` (never backwards): read, then replace under the
-    /// ETag. A concurrent applier's move makes the swap fail with 412; it is retried with
-    /// capped exponential backoff and jitter (10 attempts, 2 ms to 200 ms), and a checkpoint
-    /// found at or past `id` ends it.
-    pub async fn advance_checkpoint(&self, id: &WalId) -> Result<()> {
-        use backon::{ExponentialBuilder, Retryable};
-        let attempt = || async {
-            let cur = self.store.get(&self.table, METADATA, "checkpoint").await?;
-            let e = Entity::new(METADATA, "checkpoint").with("datetime", Value::String(id.to_string()));
-            let r = match &cur {
-                Some(c) if c.str("datetime").is_some_and(|d| d >= id.as_str()) => return Ok(()),
-                Some(c) => {
-                    let tag = c.etag.clone().unwrap_or(ETag(String::new()));
-                    self.store.replace(&self.table, &e, &IfMatch::Etag(tag)).await
-                }
-                None => self.store.insert(&self.table, &e).await,
-            };
-            r.map(|_| ())
-        };
-        let backoff = ExponentialBuilder::default()
-            .with_min_delay(Duration::from_millis(2))
-            .with_max_delay(Duration::from_millis(200))
-            .with_max_times(10)
-            .with_jitter();
-        Ok(attempt.retry(backoff).when(is_conflict).await?)
+    /// The shard where entry `id` is pending, if it is pending anywhere (one read per shard,
+    /// concurrently).
+    pub async fn find_pending(&self, id: &WalId) -> Result<Option<ShardId>> {
+        let count = self.current_shard_count().await?;
+        let found = futures::future::try_join_all(ShardId::all(count).map(|s| async move {
+            Ok::<_, crate::Error>(self.is_pending(s, id).await?.then_some(s))
+        }))
+        .await?;
+        Ok(found.into_iter().flatten().next())
     }
 
     /// Why entry `id` was moved to the dead partition, if it was.

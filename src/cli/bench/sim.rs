@@ -31,7 +31,7 @@ use table_catalog::store::layer::{Call, Layer, LayeredStore, Returned};
 use table_catalog::store::local::LocalStore;
 use table_catalog::store::sim::{self as simulated, LogNormal, SimAzureStore, SimOptions, SimStats};
 use table_catalog::store::{BatchOp, OpKind, Store, StoreResult};
-use table_catalog::wal::{PENDING_BEFORE, SHARD};
+use table_catalog::wal::{ShardId, PENDING_BEFORE};
 
 use super::percentile;
 
@@ -163,7 +163,7 @@ impl Layer for Probe {
         Fut: std::future::Future<Output = StoreResult<T>> + Send + 'a,
     {
         let result = attempt().await;
-        if result.is_ok() && call.target == self.wal_table && call.partition_key == Some(SHARD) {
+        if result.is_ok() && call.target == self.wal_table && call.partition_key.and_then(ShardId::from_partition).is_some() {
             match call.op {
                 OpKind::Batch => self.note(call.batch.iter().filter_map(|op| match op {
                     BatchOp::Delete { row_key, .. } => Some(row_key.as_str()),

@@ -1,0 +1,108 @@
+//! Replace and delete by filter: resolving the filter against live rows, the tombstone
+//! index, and the tombstones themselves.
+//!
+//! A filter entry is applied only after the low-watermark barrier ([`super::barrier`]) has
+//! passed its id, so it sees every write acknowledged before it was issued, in every shard.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use futures::{StreamExt, TryStreamExt};
+
+use super::fanout::RowWrite;
+use super::Applier;
+use crate::error::Result;
+use crate::query::Filter;
+use crate::record::{self, Record, RowMeta};
+use crate::store::{pager, BatchOp, Entity, Value, MAX_BATCH_OPS, MAX_PAGE};
+use crate::wal::{Op, WalEntry, WalId, TOMBSTONES};
+
+impl Applier {
+    /// Replace or delete: resolve the filter page by page, tombstoning what each page
+    /// matched (so memory stays bounded by a page, whatever the filter matches), then write
+    /// the new record.
+    pub(crate) async fn apply_filtered(&self, entry: &WalEntry) -> Result<()> {
+        let (filter, new_record) = match &entry.op {
+            Op::Replace { filter, record } => (filter, Some(record)),
+            Op::Delete { filter } => (filter, None),
+            Op::Upsert { .. } => return self.apply_upserts(std::slice::from_ref(entry)).await,
+        };
+        let new_keys = new_record.map(|r| self.schema.record_keys(r)).transpose()?;
+        let new_rows: BTreeSet<(String, String)> =
+            new_keys.iter().flat_map(|k| k.partitions.iter().map(|(_, pk)| (pk.clone(), k.row_key.clone()))).collect();
+        let pk = filter.partition_key()?;
+        let ranges = filter.row_ranges(); // pruned on the server, like a lookup
+        let mut pages = futures::stream::iter(ranges.iter())
+            .flat_map(|range| pager::pages(self.store.as_ref(), &self.catalog_table, &pk, range, MAX_PAGE));
+        while let Some(page) = pages.try_next().await? {
+            let mut doomed: BTreeMap<(String, String), Record> = BTreeMap::new();
+            for (row_key, rec) in self.matches(filter, &entry.id, &page.entities) {
+                let rows = match self.schema.record_keys(&rec) {
+                    Ok(k) => k.partitions.into_iter().map(|(_, pk)| (pk, k.row_key.clone())).collect(),
+                    // A row another client wrote that our schema cannot key: remove the row found.
+                    Err(_) => vec![(pk.clone(), row_key)],
+                };
+                for row in rows {
+                    if !new_rows.contains(&row) {
+                        doomed.insert(row, rec.clone());
+                    }
+                }
+            }
+            if doomed.is_empty() {
+                continue;
+            }
+            self.index_tombstones(&entry.id, doomed.keys()).await?;
+            let writes = doomed
+                .iter()
+                .map(|((pk, rk), rec)| (pk.clone(), rk.clone(), &entry.id, RowWrite::Tombstone(rec)))
+                .collect();
+            self.write_rows(writes).await?;
+        }
+        if let Some(record) = new_record {
+            let writes =
+                new_rows.iter().map(|(pk, rk)| (pk.clone(), rk.clone(), &entry.id, RowWrite::Live(record))).collect();
+            self.write_rows(writes).await?;
+        }
+        Ok(())
+    }
+
+    /// The records of one page of the filter's partition that the filter addresses for
+    /// entry `id`: live matching rows, plus rows this same entry already turned into
+    /// tombstones (a re-application after a crash). Returns (RowKey, record).
+    fn matches(&self, filter: &Filter, id: &WalId, entities: &[Entity]) -> Vec<(String, Record)> {
+        let mut out = Vec::new();
+        for e in entities {
+            let meta = RowMeta::of(e);
+            if (meta.deleted && meta.wal_id != id.as_str()) || !filter.in_sort_range(&e.row_key) {
+                continue;
+            }
+            let rec = record::payload(e, &meta);
+            if filter.matches(&rec) {
+                out.push((e.row_key.clone(), rec));
+            }
+        }
+        out
+    }
+
+    /// Records the tombstones entry `id` is about to write, so the sweeper can find them.
+    async fn index_tombstones<'a>(&self, id: &WalId, rows: impl Iterator<Item = &'a (String, String)>) -> Result<()> {
+        let entities: Vec<Entity> = rows
+            .map(|(pk, rk)| {
+                let hash = crate::keys::fingerprint([format!("{pk}\u{1}{rk}").as_str()]);
+                Entity::new(TOMBSTONES, format!("{id}_{hash}_{}", rk.len()))
+                    .with("pk", Value::String(pk.clone()))
+                    .with("rk", Value::String(rk.clone()))
+            })
+            .collect();
+        let mut by_key: BTreeMap<String, Entity> = BTreeMap::new();
+        for e in entities {
+            by_key.insert(e.row_key.clone(), e);
+        }
+        let all: Vec<Entity> = by_key.into_values().collect();
+        for chunk in all.chunks(MAX_BATCH_OPS) {
+            let ops: Vec<BatchOp> = chunk.iter().cloned().map(BatchOp::Upsert).collect();
+            self.store.batch(self.wal.table(), TOMBSTONES, &ops).await?;
+        }
+        Ok(())
+    }
+
+}

@@ -1,0 +1,395 @@
+//! The apply engine: from pending WAL entries to catalog rows.
+//!
+//! Protocol (per shard, one applier at a time under the shard's lease, N shards in parallel):
+//! 1. Read the shard's pending entries in id order (all that are pending, whatever the
+//!    checkpoint says: an entry logged late with a small id is still applied).
+//! 2. Apply each entry. Runs of upserts are applied together ([`fanout`]): each row gets the
+//!    last write of the run, rows of different partitions are written concurrently. Replace
+//!    and delete ([`filter`]) first wait for the low-watermark barrier ([`barrier`]): every
+//!    other shard must have applied everything below their id. They then resolve their filter
+//!    against live rows and their own tombstones (so a retry after a crash finds the same
+//!    records), record their tombstones in the tombstone index, write the tombstones and
+//!    (replace) the new record.
+//! 3. After each group (a run of up to 64 upserts, or one replace or delete), advance the
+//!    shard's checkpoint and then remove the group's entries from the pending partition, so a
+//!    lost lease or a crash costs at most the group in flight.
+//!
+//! Fencing ([`fanout`]): a catalog row is only replaced by a larger WAL id, so re-applying,
+//! stale lease holders and appliers of other shards cannot undo newer work.
+//!
+//! An entry that can never be applied (unreadable, or its record no longer valid) is moved
+//! to the `dead` partition with the reason, so it never blocks the entries behind it.
+
+pub mod barrier;
+pub mod fanout;
+pub mod filter;
+pub mod row_cache;
+pub mod sweep;
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use futures::future::BoxFuture;
+use futures::StreamExt;
+
+use crate::error::{Error, Result};
+use crate::faults;
+use crate::schema::Schema;
+use crate::store::{pager, BatchOp, Entity, IfMatch, RowRange, Store, StoreError, Value, MAX_BATCH_OPS};
+use crate::wal::entry::FORMAT_VERSION;
+use crate::wal::lease::Lease;
+use crate::wal::{Op, ShardId, Wal, WalEntry, WalOptions, DEAD, METADATA, PENDING_BEFORE};
+
+/// What an apply pass did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DrainOutcome {
+    /// This caller applied entries until none were pending.
+    Drained {
+        /// Entries applied (or moved aside as dead).
+        applied: usize,
+    },
+    /// Another applier holds the shard; it re-checks for pending entries before it stops.
+    Busy,
+    /// This caller applied entries and stopped with entries still pending: at its time
+    /// budget, or at a replace or delete whose barrier had not passed by then.
+    Partial {
+        /// Entries applied (or moved aside as dead).
+        applied: usize,
+    },
+}
+
+impl DrainOutcome {
+    /// Entries applied.
+    pub fn applied(self) -> usize {
+        match self {
+            DrainOutcome::Drained { applied } | DrainOutcome::Partial { applied } => applied,
+            DrainOutcome::Busy => 0,
+        }
+    }
+
+    /// The outcome of applying several shards: `Partial` if any stopped early, `Busy` if all
+    /// were busy, `Drained` otherwise.
+    pub fn combine(outcomes: impl IntoIterator<Item = DrainOutcome>) -> DrainOutcome {
+        let (mut applied, mut partial, mut all_busy) = (0, false, true);
+        for o in outcomes {
+            applied += o.applied();
+            partial |= matches!(o, DrainOutcome::Partial { .. });
+            all_busy &= o == DrainOutcome::Busy;
+        }
+        if partial {
+            DrainOutcome::Partial { applied }
+        } else if all_busy {
+            DrainOutcome::Busy
+        } else {
+            DrainOutcome::Drained { applied }
+        }
+    }
+}
+
+/// How applying a page went.
+enum Flow {
+    /// Every entry applied.
+    Done,
+    /// Stopped before a filter entry whose barrier did not pass in time (or, in a nested
+    /// pass, before any filter entry).
+    Stopped,
+    /// The lease was lost.
+    LeaseLost,
+}
+
+/// Longest run of upserts applied together.
+const UPSERT_RUN: usize = 64;
+/// Pending entries read per request while draining (two groups of upserts).
+pub const DRAIN_PAGE: usize = 2 * UPSERT_RUN;
+
+/// The apply engine of one catalog (see the module docs).
+pub struct Applier {
+    pub(crate) wal: Arc<Wal>,
+    pub(crate) store: Arc<dyn Store>,
+    /// Catalog table name.
+    pub(crate) catalog_table: String,
+    pub(crate) schema: Schema,
+    pub(crate) opts: WalOptions,
+    /// One applier per shard per process at a time.
+    locks: Vec<tokio::sync::Mutex<()>>,
+    /// Catalog rows this process last wrote or read (ETag, WAL id), for one-request updates.
+    pub(crate) rows: row_cache::RowCache,
+}
+
+impl std::fmt::Debug for Applier {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Applier").field("catalog_table", &self.catalog_table).finish()
+    }
+}
+
+impl Applier {
+    /// The engine applying `wal` to `catalog_table`. Call [`Applier::init`] before use.
+    pub fn new(wal: Arc<Wal>, catalog_table: String, schema: Schema) -> Applier {
+        let opts = wal.opts.clone();
+        let locks = (0..crate::wal::shard::MAX_SHARDS).map(|_| tokio::sync::Mutex::new(())).collect();
+        Applier {
+            store: wal.store.clone(),
+            wal,
+            catalog_table,
+            schema,
+            opts,
+            locks,
+            rows: row_cache::RowCache::default(),
+        }
+    }
+
+    /// Creates the catalog table and stores or checks the schema: a catalog opened with
+    /// another schema than the one it was created with fails with [`Error::SchemaMismatch`].
+    pub async fn init(&self) -> Result<()> {
+        self.store.create_table(&self.catalog_table).await?;
+        let table = self.wal.table();
+        let want = Entity::new(METADATA, "schema")
+            .with("index_keys", Value::String(self.schema.index_keys.join(",")))
+            .with("row_key", Value::String(self.schema.row_key.clone()))
+            .with("v", Value::Int32(FORMAT_VERSION));
+        let stored = match self.store.insert(table, &want).await {
+            Ok(_) => return Ok(()),
+            Err(StoreError::AlreadyExists(_)) => self.store.get(table, METADATA, "schema").await?,
+            Err(e) => return Err(e.into()),
+        };
+        let stored = stored.ok_or_else(|| Error::SchemaMismatch("schema row vanished while opening".into()))?;
+        let keys = stored.str("index_keys").unwrap_or_default();
+        let row_key = stored.str("row_key").unwrap_or_default();
+        if Schema::parse_list(keys) != self.schema.index_keys || row_key != self.schema.row_key {
+            return Err(Error::SchemaMismatch(format!(
+                "catalog '{}' was created with index keys [{keys}] and row key '{row_key}', but this process is configured with index keys [{}] and row key '{}'; use the original schema or another catalog name",
+                self.catalog_table,
+                self.schema.index_keys.join(","),
+                self.schema.row_key
+            )));
+        }
+        Ok(())
+    }
+
+    /// The WAL.
+    pub fn wal(&self) -> &Wal {
+        &self.wal
+    }
+
+    /// The shard an operation is logged in: an upsert in the shard of its record's RowKey,
+    /// anything that reads the catalog to decide what to write (replace, delete) in shard 0,
+    /// behind the barrier. Errors when the record cannot be keyed.
+    pub fn route(&self, op: &Op) -> Result<ShardId> {
+        match op {
+            Op::Upsert { record } => {
+                let keys = self.schema.record_keys(record)?;
+                Ok(ShardId::for_row_key(&keys.row_key, self.wal.shard_count()))
+            }
+            Op::Replace { .. } | Op::Delete { .. } => Ok(ShardId::ZERO),
+        }
+    }
+
+    /// Applies every pending entry of every shard, shards in parallel; each stops at a page
+    /// boundary after [`WalOptions::apply_budget`].
+    pub async fn apply_all(&self) -> Result<DrainOutcome> {
+        let deadline = Instant::now() + self.opts.apply_budget;
+        let count = self.wal.current_shard_count().await?;
+        let outcomes =
+            futures::future::try_join_all(ShardId::all(count).map(|s| self.apply_shard_by(s, deadline))).await?;
+        Ok(DrainOutcome::combine(outcomes))
+    }
+
+    /// Applies every pending entry of `shard`, unless another applier holds its lease; stops
+    /// at a page boundary after [`WalOptions::apply_budget`].
+    pub async fn apply_shard(&self, shard: ShardId) -> Result<DrainOutcome> {
+        self.apply_shard_by(shard, Instant::now() + self.opts.apply_budget).await
+    }
+
+    /// Like [`Applier::apply_shard`], but stops at the first page boundary past `deadline`
+    /// ([`DrainOutcome::Partial`]); a page is at most [`DRAIN_PAGE`] entries. A replace or
+    /// delete waits for its barrier until `deadline` at most.
+    pub fn apply_shard_by(&self, shard: ShardId, deadline: Instant) -> BoxFuture<'_, Result<DrainOutcome>> {
+        Box::pin(self.run_shard(shard, deadline, false))
+    }
+
+    /// One shard's apply pass. `nested` passes (run by a barrier on behalf of a filter entry
+    /// of another shard) stop before filter entries instead of waiting on a barrier.
+    pub(crate) async fn run_shard(&self, shard: ShardId, deadline: Instant, nested: bool) -> Result<DrainOutcome> {
+        let Some(lock) = self.locks.get(shard.index() as usize) else {
+            return Err(Error::invalid(format!("shard {shard} is out of range")));
+        };
+        let Ok(_guard) = lock.try_lock() else {
+            return Ok(DrainOutcome::Busy);
+        };
+        let mut applied = 0;
+        loop {
+            let Some(mut lease) = self.wal.acquire_lease(shard).await? else {
+                return Ok(if applied > 0 { DrainOutcome::Drained { applied } } else { DrainOutcome::Busy });
+            };
+            let result = self.drain(&mut lease, deadline, nested).await;
+            self.wal.release_lease(lease).await;
+            match result? {
+                Some((n, false)) => applied += n,
+                Some((n, true)) => return Ok(DrainOutcome::Partial { applied: applied + n }),
+                None => return Ok(DrainOutcome::Busy),
+            }
+            // Writers that found the lease taken while we held it rely on this re-check.
+            if self.wal.pending_page(shard, 1).await?.is_empty() {
+                return Ok(DrainOutcome::Drained { applied });
+            }
+        }
+    }
+
+    /// Applies the lease's shard page by page: `(applied, stopped early)`, or `None` when the
+    /// lease was lost. Pages of [`DRAIN_PAGE`] entries are read one ahead while the current
+    /// one is applied, so the first group starts after one short read and the reads overlap
+    /// the writes.
+    async fn drain(&self, lease: &mut Lease, deadline: Instant, nested: bool) -> Result<Option<(usize, bool)>> {
+        let mut applied = 0;
+        let mut pages = self.prefetch_pending(lease.shard());
+        loop {
+            if !self.wal.keep_lease(lease).await? {
+                return Ok(None);
+            }
+            let Some(page) = pages.recv().await else {
+                return Ok(Some((applied, false)));
+            };
+            let page = page?;
+            if page.is_empty() {
+                continue; // a short page with a continuation token
+            }
+            let mut entries = Vec::with_capacity(page.len());
+            for e in &page {
+                match WalEntry::from_entity(e) {
+                    Ok(entry) => entries.push(entry),
+                    Err(bad) => self.bury(e, &bad.reason).await?,
+                }
+            }
+            let (n, flow) = self.apply_entries(&entries, lease, deadline, nested).await?;
+            applied += n + (page.len() - entries.len());
+            match flow {
+                Flow::Done => {}
+                Flow::Stopped => return Ok(Some((applied, true))),
+                Flow::LeaseLost => return Ok(None),
+            }
+            if Instant::now() >= deadline {
+                return Ok(Some((applied, true)));
+            }
+        }
+    }
+
+    /// Reads a shard's pending entries in id order, one page ahead of the consumer, in a task
+    /// of its own (it stops when the receiver is dropped). A page is `Err` once, then the
+    /// channel closes.
+    fn prefetch_pending(&self, shard: ShardId) -> tokio::sync::mpsc::Receiver<Result<Vec<Entity>>> {
+        let (tx, rx) = tokio::sync::mpsc::channel(1);
+        let (store, table) = (self.store.clone(), self.wal.table().to_string());
+        tokio::spawn(async move {
+            let range = RowRange { before: Some(PENDING_BEFORE.into()), ..RowRange::default() };
+            let partition = shard.partition();
+            let mut pages = pager::pages(store.as_ref(), &table, &partition, &range, DRAIN_PAGE);
+            while let Some(page) = pages.next().await {
+                let failed = page.is_err();
+                if tx.send(page.map(|p| p.entities).map_err(Error::from)).await.is_err() || failed {
+                    return;
+                }
+            }
+        });
+        rx
+    }
+
+    /// Applies entries in order, group by group, each group checkpointed and removed from the
+    /// pending partition as soon as it is applied, so a lost lease or a crash never costs more
+    /// than the group in flight. Returns the entries applied and how it ended.
+    async fn apply_entries(
+        &self,
+        entries: &[WalEntry],
+        lease: &mut Lease,
+        deadline: Instant,
+        nested: bool,
+    ) -> Result<(usize, Flow)> {
+        let shard = lease.shard();
+        let mut i = 0;
+        while i < entries.len() {
+            if !self.wal.keep_lease(lease).await? {
+                return Ok((i, Flow::LeaseLost));
+            }
+            let run = entries[i..].iter().take(UPSERT_RUN).take_while(|e| matches!(e.op, Op::Upsert { .. })).count();
+            let group = &entries[i..i + run.max(1)];
+            if run == 0 {
+                if nested {
+                    return Ok((i, Flow::Stopped));
+                }
+                match self.barrier(shard, &group[0].id, lease, deadline).await? {
+                    barrier::Passed::Yes => {}
+                    barrier::Passed::NotYet => return Ok((i, Flow::Stopped)),
+                    barrier::Passed::LeaseLost => return Ok((i, Flow::LeaseLost)),
+                }
+            }
+            let result = if run > 0 { self.apply_upserts(group).await } else { self.apply_filtered(&group[0]).await };
+            match result {
+                Ok(()) => {}
+                Err(e) if e.is_transient() => return Err(e),
+                // A permanent failure: find the entry (or entries) that cause it and move them
+                // aside, so the rest of the log keeps flowing.
+                Err(e) if group.len() == 1 => self.bury(&group[0].to_entity(&shard.partition()), &e.to_string()).await?,
+                Err(_) => {
+                    for entry in group {
+                        let one = std::slice::from_ref(entry);
+                        if let Err(e) = self.apply_upserts(one).await {
+                            if e.is_transient() {
+                                return Err(e);
+                            }
+                            self.bury(&entry.to_entity(&shard.partition()), &e.to_string()).await?;
+                        }
+                    }
+                }
+            }
+            // Checkpoint first, then remove: an entry that is no longer pending is then always
+            // at or below the checkpoint, so `wal_state` can tell applied from unknown.
+            faults::point("before_checkpoint")?;
+            if let Some(last) = group.iter().map(|e| &e.id).max() {
+                self.wal.advance_checkpoint(shard, last).await?;
+            }
+            faults::point("before_remove_applied")?;
+            self.remove_pending(shard, group).await?;
+            i += group.len();
+        }
+        Ok((i, Flow::Done))
+    }
+
+    /// Removes applied entries from the shard's pending partition (already-removed ones are
+    /// fine).
+    async fn remove_pending(&self, shard: ShardId, entries: &[WalEntry]) -> Result<()> {
+        let (table, partition) = (self.wal.table(), shard.partition());
+        for chunk in entries.chunks(MAX_BATCH_OPS) {
+            let ops: Vec<BatchOp> =
+                chunk.iter().map(|e| BatchOp::Delete { row_key: e.id.to_string(), if_match: IfMatch::Any }).collect();
+            match self.store.batch(table, &partition, &ops).await {
+                Ok(_) => {}
+                // Another applier removed some: fall back to one by one.
+                Err(StoreError::BatchFailed { .. }) => {
+                    for e in chunk {
+                        match self.store.delete(table, &partition, e.id.as_str(), &IfMatch::Any).await {
+                            Ok(()) | Err(StoreError::NotFound(_)) => {}
+                            Err(err) => return Err(err.into()),
+                        }
+                    }
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(())
+    }
+
+    /// Moves an entry that can never be applied (as stored in its shard's partition) to the
+    /// `dead` partition, with the reason.
+    async fn bury(&self, entry: &Entity, reason: &str) -> Result<()> {
+        tracing::error!(wal_id = %entry.row_key, shard = %entry.partition_key, %reason, "WAL entry cannot be applied; moved to the dead partition");
+        let table = self.wal.table();
+        let mut dead = entry.clone();
+        dead.partition_key = DEAD.to_string();
+        dead.etag = None;
+        dead.properties.insert("reason".into(), Value::String(reason.chars().take(4000).collect()));
+        self.store.upsert(table, &dead).await?;
+        match self.store.delete(table, &entry.partition_key, &entry.row_key, &IfMatch::Any).await {
+            Ok(()) | Err(StoreError::NotFound(_)) => Ok(()),
+            Err(e) => Err(e.into()),
+        }
+    }
+}
