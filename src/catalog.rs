@@ -312,7 +312,7 @@ impl Catalog {
     /// Blocks until entry `id` of `shard` is applied, applying the shard here when no other
     /// applier holds it. [`Error::Timeout`] after [`CatalogOptions::wait_timeout`]: an apply pass run
     /// here stops at its first page boundary past the deadline, so the wait ends within the
-    /// timeout plus the time to apply one page ([`crate::wal::apply::DRAIN_PAGE`] entries).
+    /// timeout plus the time to apply one page ([`crate::apply::DRAIN_PAGE`] entries).
     pub async fn wait_applied(&self, shard: ShardId, id: &WalId) -> Result<bool> {
         let deadline = Instant::now() + self.opts.wait_timeout;
         let mut delay = Duration::from_millis(5);
@@ -413,7 +413,7 @@ impl Catalog {
         })
     }
 
-    /// One sweep (see [`crate::wal::sweep`]).
+    /// One sweep (see [`crate::apply::sweep`]).
     pub async fn sweep(&self) -> Result<SweepReport> {
         self.applier.sweep(self.opts.sweep_apply_after).await
     }

@@ -38,7 +38,7 @@ pub struct SweepReport {
     pub tombstones_removed: usize,
     /// Intent markers removed.
     pub markers_removed: usize,
-    /// Clock rows of processes gone for an hour removed (see [`super::clock::Clock::prune`]).
+    /// Clock rows of processes gone for an hour removed (see [`crate::wal::clock::Clock::prune`]).
     pub clocks_removed: usize,
     /// Entries in the dead partition.
     pub dead: u64,
@@ -50,7 +50,7 @@ pub fn age_ms(id: &WalId) -> Option<u64> {
 }
 
 /// Shards applied by one sweep at the same time.
-const SWEEP_PARALLEL: usize = 8;
+pub const SWEEP_PARALLEL: usize = 8;
 
 impl Applier {
     /// Runs one sweep. Shards whose oldest entry has been pending longer than `apply_after`

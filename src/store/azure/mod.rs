@@ -15,7 +15,7 @@
 //! - connection strings are parsed here (`UseDevelopmentStorage=true`, explicit endpoints,
 //!   case-insensitive keys), and no error or `Debug` output contains a key, SAS or
 //!   connection string;
-//! - errors become [`StoreError`](crate::store::StoreError)s in one place, without the
+//! - errors become [`crate::store::StoreError`]s in one place, without the
 //!   response bodies the crate's `HttpError` prints.
 
 mod batch;

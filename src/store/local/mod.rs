@@ -4,10 +4,10 @@
 //! dequeue counts and pop receipts.
 //!
 //! Writes (queue operations included) go to one writer thread that commits them in groups
-//! ([`writer`]): concurrent writes share one transaction and one fsync, each in its own
+//! (`writer.rs`): concurrent writes share one transaction and one fsync, each in its own
 //! savepoint so one failing write never affects another, and each is acknowledged only after
 //! its group's commit returned. Reads of a file-backed store run on separate read
-//! connections ([`readers`]) and never wait for the writer; an in-memory store has a single
+//! connections (`readers.rs`) and never wait for the writer; an in-memory store has a single
 //! connection, so its reads go through the writer too.
 //!
 //! Durability: SQLite in WAL journal mode. With [`Durability::Full`] (the default) every
