@@ -114,6 +114,8 @@ pub struct Applier {
     locks: Vec<tokio::sync::Mutex<()>>,
     /// Catalog rows this process last wrote or read (ETag, WAL id), for one-request updates.
     pub(crate) rows: row_cache::RowCache,
+    /// Whether unseen rows tend to exist (picks insert-first or read-first).
+    pub(crate) existence: row_cache::Existence,
 }
 
 impl std::fmt::Debug for Applier {
@@ -135,6 +137,7 @@ impl Applier {
             opts,
             locks,
             rows: row_cache::RowCache::default(),
+            existence: row_cache::Existence::default(),
         }
     }
 
