@@ -496,11 +496,14 @@ async fn reference_defects_and_how_we_avoid_them() {
     for icao in ["A/B", "C\\D#E?F", "KOK1"] {
         assert_eq!(find(&catalog, "icao", icao).await.len(), 1, "{icao}");
     }
-    // An entry that can never be applied is moved aside, not retried first forever.
-    let bad =
-        Entity::new(SHARD, WalId::new(946_684_800_000_000, uuid::Uuid::new_v4()).as_str()).with("v", Prop::Int32(99));
+    // An entry that can never be applied is moved aside, not retried first forever: planted
+    // in the WAL shard the next write goes to, ahead of it.
+    let next = rec("KOK2", "after a bad entry");
+    let shard = catalog.applier().route(&Op::Upsert { record: next.clone() }).unwrap();
+    let bad = Entity::new(shard.partition(), WalId::new(946_684_800_000_000, uuid::Uuid::new_v4()).as_str())
+        .with("v", Prop::Int32(99));
     catalog.store().insert(&names.wal_table, &bad).await.unwrap();
-    catalog.upsert(rec("KOK2", "after a bad entry"), true).await.unwrap();
+    catalog.upsert(next, true).await.unwrap();
     assert_eq!(find(&catalog, "icao", "KOK2").await.len(), 1);
     let status = catalog.status().await.unwrap();
     assert_eq!((status.pending, status.dead), (0, 1), "{status:?}");
