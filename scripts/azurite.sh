@@ -5,6 +5,7 @@
 #   scripts/azurite.sh stop           # stop the instance started from this checkout
 #   scripts/azurite.sh status         # print whether it runs
 #   scripts/azurite.sh install        # only install the pinned version into .azurite/
+#   AZURITE_INSTANCE=name ...         # a separate instance (own pid/env/log files in .azurite/)
 #
 # `start` exports:
 #   TC_TEST_AZURE_CONNECTION  connection string with explicit TableEndpoint/QueueEndpoint
@@ -23,9 +24,12 @@ _azurite_main() {
     root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)" || return 1
     local dir="$root/.azurite"
     local bin="$dir/node_modules/.bin/azurite"
-    local pidfile="$dir/azurite.pid"
-    local envfile="$dir/azurite.env"
-    local logfile="$dir/azurite.log"
+    # AZURITE_INSTANCE names a separate instance (its own pid, env and log files), so several
+    # can run from one checkout; unset, the one default instance.
+    local instance="${AZURITE_INSTANCE:+-$AZURITE_INSTANCE}"
+    local pidfile="$dir/azurite$instance.pid"
+    local envfile="$dir/azurite$instance.env"
+    local logfile="$dir/azurite$instance.log"
     # Well-known development account of the Azure Storage emulators (public, not a secret).
     local account="devstoreaccount1"
     local key="Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="

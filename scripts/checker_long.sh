@@ -1,12 +1,19 @@
 #!/usr/bin/env bash
 # Long run of the randomized checker (tests/checker.rs) on one backend, release build.
 #
-#   scripts/checker_long.sh local   [OPS] [SEED] [CLIENTS]   # defaults: 100000 7 8
-#   scripts/checker_long.sh azurite [OPS] [SEED] [CLIENTS]   # defaults: 20000 21 8
+#   scripts/checker_long.sh local   [OPS] [SEED] [CLIENTS] [SHARDS]   # defaults: 100000 7 8 4
+#   scripts/checker_long.sh azurite [OPS] [SEED] [CLIENTS] [SHARDS]   # defaults: 20000 21 8 4
 #
-# Prints a progress line every 30 s and, at the end, one summary line (operations, faults
-# injected, audit scans, violations). A violation fails the run and prints the seed. For
-# Azurite, a private instance is started (scripts/azurite.sh) and stopped at the end.
+# SHARDS is the WAL shard count (TC_CHECKER_SHARDS: one count, or several separated by commas,
+# which then share the OPS). Prints a progress line every 30 s and, at the end, one summary
+# line (operations, faults injected, audit scans, violations) and one workload line per run
+# (filters crossing shards, records moved between shards). A violation fails the run and
+# prints the seed.
+#
+# The test binary is built first, copied to a private temporary directory and run from there,
+# so the run holds no cargo lock and later builds in the same target directory (even of this
+# test) neither wait for it nor change it. For Azurite, a private instance (AZURITE_INSTANCE)
+# is started (scripts/azurite.sh) and stopped at the end, so several runs can go at once.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -14,16 +21,31 @@ backend="${1:-local}"
 case "$backend" in
     local) ops="${2:-100000}"; seed="${3:-7}" ;;
     azurite) ops="${2:-20000}"; seed="${3:-21}" ;;
-    *) echo "usage: $0 local|azurite [OPS] [SEED] [CLIENTS]" >&2; exit 2 ;;
+    *) echo "usage: $0 local|azurite [OPS] [SEED] [CLIENTS] [SHARDS]" >&2; exit 2 ;;
 esac
 clients="${4:-8}"
+shards="${5:-4}"
+
+work="$(mktemp -d "${TMPDIR:-/tmp}/checker-long.XXXXXX")"
+started_azurite=
+cleanup() {
+    if [ -n "$started_azurite" ]; then scripts/azurite.sh stop || true; fi
+    rm -rf "$work"
+}
+trap cleanup EXIT
+
+exe="$(cargo test --release --features fault-injection --test checker --no-run --message-format=json-render-diagnostics |
+    sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -n 1)"
+[ -x "$exe" ] || { echo "checker_long: no test binary built" >&2; exit 1; }
+cp "$exe" "$work/checker"
 
 if [ "$backend" = azurite ]; then
+    export AZURITE_INSTANCE="checker-$$"
+    started_azurite=1
     # shellcheck source=scripts/azurite.sh
     source scripts/azurite.sh start
-    trap 'scripts/azurite.sh stop' EXIT
 fi
 
-echo "checker_long: backend=$backend ops=$ops seed=$seed clients=$clients ($(nproc) CPUs, commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown))"
-TC_CHECKER_OPS="$ops" TC_CHECKER_SEED="$seed" TC_CHECKER_CLIENTS="$clients" TC_CHECKER_BACKEND="$backend" \
-    cargo test --release --features fault-injection --test checker -- --nocapture
+echo "checker_long: backend=$backend ops=$ops seed=$seed clients=$clients shards=$shards ($(nproc) CPUs, commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet HEAD 2>/dev/null || echo ', uncommitted changes'), binary $(basename "$exe"))"
+TC_CHECKER_OPS="$ops" TC_CHECKER_SEED="$seed" TC_CHECKER_CLIENTS="$clients" TC_CHECKER_SHARDS="$shards" \
+    TC_CHECKER_BACKEND="$backend" "$work/checker" --nocapture

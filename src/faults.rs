@@ -1,7 +1,9 @@
 //! Named crash points on the write and apply paths, for the reliability tests.
 //!
 //! Each call site names a step (`before_clock_publish`, `after_wal_write`, `before_enqueue`, `after_fanout_row`,
-//! `before_checkpoint`, `before_remove_applied`). Without the `fault-injection` feature,
+//! `barrier_wait`, `before_checkpoint`, `before_remove_applied`). `barrier_wait` is passed each
+//! time a replace or delete by filter finds another shard behind its id and waits at the
+//! low-watermark barrier ([`crate::apply::barrier`]). Without the `fault-injection` feature,
 //! [`point`] is an inlined `Ok(())` and costs nothing. With it, a test can install a hook that
 //! makes a point fail (as if the process died there: the caller sees an error and stops), and
 //! the environment variable `TABLE_CATALOG_CRASH_AT=name` (or `name:k` for the k-th hit)
@@ -13,6 +15,7 @@ pub const POINTS: &[&str] = &[
     "after_wal_write",
     "before_enqueue",
     "after_fanout_row",
+    "barrier_wait",
     "before_checkpoint",
     "before_remove_applied",
 ];

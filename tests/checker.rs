@@ -18,9 +18,20 @@
 //! frozen cannot overwrite a newer entry's write). A stale overwrite is usually repaired by
 //! the next write of the same row, so the final state alone would rarely show it.
 //!
+//! Every run is repeated with 1, 4 and 16 WAL shards (`TC_CHECKER_SHARDS` picks others), the
+//! operations split between them. Upserts land in the shard of their record's RowKey,
+//! replace and delete by filter in shard 0 behind the low-watermark barrier; the key space
+//! makes filters match records of several shards and replaces move records to another
+//! shard, and each run prints how often that happened (and fails if it never did). To race
+//! the barrier on purpose, clients also issue pairs (an upsert of a record of their own, then
+//! at once a delete matching it, through another instance), and lease hogs hold the leases
+//! of shards other than 0 for up to a second at a time, like frozen appliers, so that such
+//! an upsert is often still pending when its delete reaches the head of shard 0. With the
+//! barrier removed, the checker fails (docs/RELIABILITY.md).
+//!
 //! Bounded runs are part of `scripts/test.sh`; long runs: `scripts/checker_long.sh local`
 //! (100,000 operations) and `scripts/checker_long.sh azurite` (20,000), or by hand:
-//! `TC_CHECKER_OPS=100000 TC_CHECKER_SEED=7 TC_CHECKER_CLIENTS=8 TC_CHECKER_BACKEND=local cargo test --release --features fault-injection --test checker -- --nocapture`.
+//! `TC_CHECKER_OPS=100000 TC_CHECKER_SEED=7 TC_CHECKER_CLIENTS=8 TC_CHECKER_SHARDS=4 TC_CHECKER_BACKEND=local cargo test --release --features fault-injection --test checker -- --nocapture`.
 #![cfg(feature = "fault-injection")]
 
 mod common;
@@ -45,6 +56,7 @@ use table_catalog::store::fault::{unavailable, Fault, FaultStore, OpKind, Rule, 
 use table_catalog::store::Store;
 use table_catalog::verify;
 use table_catalog::wal::id::{format_micros, now_micros};
+use table_catalog::wal::ShardId;
 
 const INDEX: [&str; 3] = ["icao", "iata", "lid"];
 
@@ -69,6 +81,31 @@ struct Op {
     /// Logical time the call returned; `u64::MAX` for queue intents (applied whenever consumed).
     ended: u64,
     acked: bool,
+    /// RowKey (identity) of the record an upsert or replace writes.
+    rk: Option<String>,
+}
+
+impl Op {
+    fn new(u: &Universe, kind: Kind, issued: u64, ended: u64, acked: bool) -> Op {
+        let rk = match &kind {
+            Kind::Upsert(r) | Kind::Replace(_, r) => Some(u.row_key(r)),
+            Kind::Delete(_) => None,
+        };
+        Op { kind, issued, ended, acked, rk }
+    }
+}
+
+/// Whether a write's result acknowledges it (a timeout does: the write is durable, just not
+/// applied yet); any error but a transient one fails the run.
+fn acknowledged(result: &table_catalog::Result<()>, seed: u64, shards: u16) -> bool {
+    match result {
+        Ok(()) => true,
+        Err(table_catalog::Error::Timeout(_)) => true,
+        Err(e) => {
+            assert!(e.is_transient(), "seed {seed} shards {shards}: unexpected error {e}");
+            false
+        }
+    }
 }
 
 struct Universe {
@@ -111,6 +148,25 @@ impl Universe {
         }
     }
 
+    /// A record of the client's own (its name says so, and no other client writes it), with
+    /// the identifiers of an airport and an IATA code from the shared values.
+    fn paired_record(&self, rng: &mut StdRng, client: usize) -> Record {
+        let mut r = self.airports[rng.gen_range(0..self.airports.len())].clone();
+        r.insert("name".into(), json!(format!("Paired {client}")));
+        r.insert("iata".into(), json!(self.iata[rng.gen_range(0..self.iata.len())]));
+        r.insert("lid".into(), json!(""));
+        r.insert("v".into(), json!(rng.gen::<u32>()));
+        r.insert("by".into(), json!(client));
+        r
+    }
+
+    /// A filter on one of the record's non-empty identifiers.
+    fn filter_matching(&self, rng: &mut StdRng, r: &Record) -> (String, String) {
+        let fields: Vec<&str> = INDEX.iter().copied().filter(|f| r[*f].as_str().is_some_and(|v| !v.is_empty())).collect();
+        let field = fields[rng.gen_range(0..fields.len())];
+        (field.to_string(), r[field].as_str().unwrap().to_string())
+    }
+
     fn row_key(&self, r: &Record) -> String {
         self.schema.record_keys(r).unwrap().row_key
     }
@@ -120,12 +176,65 @@ fn matches(filter: &(String, String), identity: &Record) -> bool {
     identity[filter.0.as_str()].as_str().is_some_and(|v| !v.is_empty() && v.to_lowercase() == filter.1.to_lowercase())
 }
 
-fn effect(u: &Universe, op: &Op, rk: &str, identity: &Record) -> Option<Effect> {
+fn effect(op: &Op, rk: &str, identity: &Record) -> Option<Effect> {
     match &op.kind {
-        Kind::Upsert(r) => (u.row_key(r) == rk).then(|| Effect::Write(r.clone())),
-        Kind::Replace(f, r) if u.row_key(r) == rk => Some(Effect::Write(r.clone())),
+        Kind::Upsert(r) => (op.rk.as_deref() == Some(rk)).then(|| Effect::Write(r.clone())),
+        Kind::Replace(_, r) if op.rk.as_deref() == Some(rk) => Some(Effect::Write(r.clone())),
         Kind::Replace(f, _) | Kind::Delete(f) => matches(f, identity).then_some(Effect::Absent),
     }
+}
+
+/// How the workload crossed shards, counted on a replay of the acknowledged operations in
+/// issue order (the appliers' real order may differ: an estimate of what they met).
+#[derive(Debug, Default)]
+struct Coverage {
+    /// Replaces and deletes whose filter matched at least one record.
+    filters_matching: u64,
+    /// Replaces and deletes whose filter matched records of at least two shards.
+    cross_shard_filters: u64,
+    /// Replaces and deletes that matched a record last written by an upsert logged in
+    /// another shard than the filter's (shard 0), acknowledged before the filter was issued:
+    /// the order the barrier keeps.
+    after_other_shard_upsert: u64,
+    /// Replaces whose new record is in another shard than a record they removed (its
+    /// identifiers changed, so its RowKey and usually its shard).
+    moves: u64,
+}
+
+fn coverage(history: &[Op], shards: u16) -> Coverage {
+    let shard = |rk: &str| ShardId::for_row_key(rk, shards);
+    let mut ops: Vec<&Op> = history.iter().filter(|o| o.acked).collect();
+    ops.sort_by_key(|o| o.issued);
+    // RowKey -> (identity, the upsert that last wrote it, if it was not a replace).
+    let mut live: BTreeMap<String, (Record, Option<&Op>)> = BTreeMap::new();
+    let mut c = Coverage::default();
+    for op in ops {
+        match &op.kind {
+            Kind::Upsert(r) => {
+                live.insert(op.rk.clone().unwrap_or_default(), (r.clone(), Some(op)));
+            }
+            Kind::Replace(f, _) | Kind::Delete(f) => {
+                let matched: Vec<String> =
+                    live.iter().filter(|(_, (id, _))| matches(f, id)).map(|(rk, _)| rk.clone()).collect();
+                let in_shards: BTreeSet<ShardId> = matched.iter().map(|rk| shard(rk)).collect();
+                c.filters_matching += u64::from(!matched.is_empty());
+                c.cross_shard_filters += u64::from(in_shards.len() > 1);
+                let ordered = matched.iter().any(|rk| {
+                    live[rk].1.is_some_and(|w| w.ended < op.issued && shard(rk) != ShardId::ZERO)
+                });
+                c.after_other_shard_upsert += u64::from(ordered);
+                for rk in &matched {
+                    live.remove(rk);
+                }
+                if let Kind::Replace(_, r) = &op.kind {
+                    let rk = op.rk.clone().unwrap_or_default();
+                    c.moves += u64::from(in_shards.iter().any(|s| *s != shard(&rk)));
+                    live.insert(rk, (r.clone(), None));
+                }
+            }
+        }
+    }
+    c
 }
 
 struct Run {
@@ -133,10 +242,19 @@ struct Run {
     ops: usize,
     clients: usize,
     instances: usize,
+    /// WAL shards (`CatalogOptions.wal.shards`).
+    shards: u16,
 }
 
-async fn open_instance(store: Arc<dyn Store>, names: &Names, schema: &Schema, skew_us: i64) -> Arc<Catalog> {
+async fn open_instance(
+    store: Arc<dyn Store>,
+    names: &Names,
+    schema: &Schema,
+    skew_us: i64,
+    shards: u16,
+) -> Arc<Catalog> {
     let mut o = CatalogOptions::default();
+    o.wal.shards = shards;
     o.wal.lease_duration = Duration::from_millis(1500);
     o.wal.tombstone_grace = Duration::from_secs(10);
     o.wal.clock_skew_us = skew_us;
@@ -178,6 +296,38 @@ fn add_faults(f: &FaultStore, catalog_table: &str) {
 }
 
 const FREEZE: Duration = Duration::from_millis(2000);
+
+/// Takes the lease of a random shard other than 0 and holds it without applying, for 0.1 to
+/// 1 s (under the 1.5 s lease), again and again until `stop`: an applier frozen (or just slow)
+/// in the middle of its shard. That shard's pending upserts wait meanwhile (hints find it
+/// busy; the sweeper applies them after the release), while shard 0 goes on: a replace or
+/// delete logged after one of them must wait for it at the barrier. Returns how many times
+/// it held a lease.
+async fn hog_leases(c: Arc<Catalog>, shards: u16, seed: u64, stop: tokio::sync::watch::Receiver<bool>) -> u64 {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut held = 0;
+    let pause = |d: Duration| {
+        let mut stop = stop.clone();
+        async move {
+            tokio::select! {
+                _ = stop.wait_for(|s| *s) => {}
+                _ = tokio::time::sleep(d) => {}
+            }
+        }
+    };
+    while !*stop.borrow() {
+        let shard = ShardId::new(rng.gen_range(1..shards.max(2))).unwrap();
+        let hold = Duration::from_millis(rng.gen_range(100..1000));
+        // Storage faults apply here too: a failed take is just skipped.
+        if let Ok(Some(lease)) = c.wal().acquire_lease(shard).await {
+            held += 1;
+            pause(hold).await;
+            c.wal().release_lease(lease).await;
+        }
+        pause(Duration::from_millis(rng.gen_range(0..300))).await;
+    }
+    held
+}
 
 /// What the auditor saw: scans done, WAL-id regressions.
 #[derive(Default)]
@@ -228,7 +378,7 @@ async fn audit(
 }
 
 async fn check(backend: common::Backend, run: Run) {
-    let Run { seed, ops, clients, instances } = run;
+    let Run { seed, ops, clients, instances, shards } = run;
     let started = Instant::now();
     let u = Arc::new(Universe::new());
     let inner = common::store(backend);
@@ -238,7 +388,7 @@ async fn check(backend: common::Backend, run: Run) {
     let mut catalogs = Vec::new();
     for i in 0..instances {
         let f = Arc::new(FaultStore::new(inner.clone(), seed.wrapping_mul(31).wrapping_add(i as u64)));
-        catalogs.push(open_instance(f.clone(), &names, &u.schema, skews[i % skews.len()]).await);
+        catalogs.push(open_instance(f.clone(), &names, &u.schema, skews[i % skews.len()], shards).await);
         add_faults(&f, &names.table);
         faulty.push(f);
     }
@@ -251,13 +401,31 @@ async fn check(backend: common::Backend, run: Run) {
     let poll_every = Duration::from_millis(if local { 100 } else { 1000 });
     let mut background = Vec::new();
     for c in &catalogs {
-        let opts = ServeOptions { max_poll_interval: Duration::from_millis(50), ..ServeOptions::default() };
+        // A message whose release or delete failed comes back after its visibility timeout:
+        // 5 s (30 s by default) keeps quiescing short and redelivers slow messages to other
+        // workers while the first still handles them (more duplicates).
+        let opts = ServeOptions {
+            max_poll_interval: Duration::from_millis(50),
+            visibility_timeout: Duration::from_secs(5),
+            ..ServeOptions::default()
+        };
         background.push(tokio::spawn(server::run_worker(c.clone(), opts, stop_rx.clone())));
         background.push(tokio::spawn(server::run_sweeper(c.clone(), sweep_every, stop_rx.clone())));
     }
 
     let audit_period = Duration::from_millis(if local { 10 } else { 100 });
     let auditor = tokio::spawn(audit(inner.clone(), names.table.clone(), audit_period, stop_rx.clone()));
+
+    // Lease hogs while the clients write (see [`hog_leases`]): two, and one per 3 shards
+    // beyond 6 (none with one shard).
+    let (hogs_stop, hogs_rx) = tokio::sync::watch::channel(false);
+    let hog_count = if shards > 1 { usize::from(shards.div_ceil(3)).max(2) } else { 0 };
+    let hogs: Vec<_> = (0..hog_count)
+        .map(|i| {
+            let c = catalogs[i % catalogs.len()].clone();
+            tokio::spawn(hog_leases(c, shards, seed.wrapping_add(1000 + i as u64), hogs_rx.clone()))
+        })
+        .collect();
 
     let clock = Arc::new(AtomicU64::new(1));
     let history: Arc<Mutex<Vec<Op>>> = Arc::new(Mutex::new(Vec::new()));
@@ -275,7 +443,7 @@ async fn check(backend: common::Backend, run: Run) {
                 let done = history.lock().unwrap().len();
                 if done != last {
                     eprintln!(
-                        "checker {backend:?} seed {seed}: {done}/{ops} ops after {:.0} s",
+                        "checker {backend:?} seed {seed} shards {shards}: {done}/{ops} ops after {:.0} s",
                         started.elapsed().as_secs_f64()
                     );
                     last = done;
@@ -290,8 +458,36 @@ async fn check(backend: common::Backend, run: Run) {
         let n = ops / clients + usize::from(client < ops % clients);
         tasks.push(tokio::spawn(async move {
             let mut rng = StdRng::seed_from_u64(seed ^ (client as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15));
-            for _ in 0..n {
+            let mut left = n;
+            while left > 0 {
                 let c = &catalogs[rng.gen_range(0..catalogs.len())];
+                if left >= 2 && rng.gen_bool(0.15) {
+                    // A race only the barrier decides: an upsert of a record only this client
+                    // writes (usually in a shard other than 0, whose lease a hog may be
+                    // holding), then at once, through another instance, a delete by a filter
+                    // matching it (shard 0). The delete was issued after the upsert was
+                    // acknowledged, so it must wait for it, and the record must end deleted
+                    // unless this client writes it again later.
+                    let r = u.paired_record(&mut rng, client);
+                    let f = u.filter_matching(&mut rng, &r);
+                    let c2 = &catalogs[rng.gen_range(0..catalogs.len())];
+                    for kind in [Kind::Upsert(r), Kind::Delete(f)] {
+                        let issued = clock.fetch_add(1, Ordering::SeqCst);
+                        let result = match &kind {
+                            Kind::Upsert(r) => c.upsert(r.clone(), false).await.map(|_| ()),
+                            Kind::Delete((k, v)) => {
+                                c2.delete(Filter::new(vec![(k.clone(), v.clone())]), false).await.map(|_| ())
+                            }
+                            Kind::Replace(..) => unreachable!(),
+                        };
+                        let ended = clock.fetch_add(1, Ordering::SeqCst);
+                        let acked = acknowledged(&result, seed, shards);
+                        history.lock().unwrap().push(Op::new(&u, kind, issued, ended, acked));
+                    }
+                    left -= 2;
+                    continue;
+                }
+                left -= 1;
                 let wait = rng.gen_bool(0.1);
                 let roll = rng.gen_range(0..100);
                 let kind = match roll {
@@ -348,17 +544,10 @@ async fn check(backend: common::Backend, run: Run) {
                     }
                 };
                 let ended = clock.fetch_add(1, Ordering::SeqCst);
-                let acked = match &result {
-                    Ok(()) => true,
-                    Err(table_catalog::Error::Timeout(_)) => true, // durable, just not applied yet
-                    Err(e) => {
-                        assert!(e.is_transient(), "seed {seed}: unexpected error {e}");
-                        false
-                    }
-                };
+                let acked = acknowledged(&result, seed, shards);
                 // An intent that reached the queue is applied whenever it is consumed.
                 let ended = if intent && acked { u64::MAX } else { ended };
-                history.lock().unwrap().push(Op { kind, issued, ended, acked });
+                history.lock().unwrap().push(Op::new(&u, kind, issued, ended, acked));
             }
         }));
     }
@@ -366,6 +555,11 @@ async fn check(backend: common::Backend, run: Run) {
         t.await.unwrap();
     }
     let issued_secs = started.elapsed().as_secs_f64();
+    let _ = hogs_stop.send(true);
+    let mut hogged = 0;
+    for h in hogs {
+        hogged += h.await.unwrap();
+    }
 
     // Quiesce: faults off, let workers drain the queue, then drain the WAL.
     for f in &faulty {
@@ -389,11 +583,11 @@ async fn check(backend: common::Backend, run: Run) {
             progress_at = Instant::now();
             last = (oldest, queued);
         } else if progress_at.elapsed() > Duration::from_secs(180) {
-            panic!("seed {seed}: no progress for 3 minutes: {:?}, {queued} queued", c0.status().await.unwrap());
+            panic!("seed {seed} shards {shards}: no progress for 3 minutes: {:?}, {queued} queued", c0.status().await.unwrap());
         }
         tokio::time::sleep(poll_every).await;
     }
-    eprintln!("checker {backend:?} seed {seed}: quiesced after {:.0} s", started.elapsed().as_secs_f64());
+    eprintln!("checker {backend:?} seed {seed} shards {shards}: quiesced after {:.0} s", started.elapsed().as_secs_f64());
     let _ = stop_tx.send(true);
     for b in background {
         b.await.unwrap();
@@ -402,11 +596,11 @@ async fn check(backend: common::Backend, run: Run) {
     let audit = auditor.await.unwrap();
     c0.recover().await.unwrap();
     let status = c0.status().await.unwrap();
-    assert_eq!((status.pending, status.dead, status.poison), (0, 0, 0), "seed {seed}: {status:?}");
+    assert_eq!((status.pending, status.dead, status.poison), (0, 0, 0), "seed {seed} shards {shards}: {status:?}");
 
     // Convergence.
     let report = verify::verify(c0.store().as_ref(), &names.table, &u.schema).await.unwrap();
-    assert!(report.ok(), "seed {seed}: {:?}", &report.violations[..report.violations.len().min(10)]);
+    assert!(report.ok(), "seed {seed} shards {shards}: {:?}", &report.violations[..report.violations.len().min(10)]);
     let rows = verify::scan_all(c0.store().as_ref(), &names.table).await.unwrap();
     let live = verify::live_records(&rows);
 
@@ -414,15 +608,15 @@ async fn check(backend: common::Backend, run: Run) {
     let history = history.lock().unwrap().clone();
     let mut identities: BTreeMap<String, Record> = BTreeMap::new();
     for op in &history {
-        if let Kind::Upsert(r) | Kind::Replace(_, r) = &op.kind {
-            identities.entry(u.row_key(r)).or_insert_with(|| r.clone());
+        if let (Kind::Upsert(r) | Kind::Replace(_, r), Some(rk)) = (&op.kind, &op.rk) {
+            identities.entry(rk.clone()).or_insert_with(|| r.clone());
         }
     }
     let mut violations = Vec::new();
     let mut checked_writes = 0;
     for (rk, identity) in &identities {
         let touching: Vec<(&Op, Effect)> =
-            history.iter().filter_map(|o| effect(&u, o, rk, identity).map(|e| (o, e))).collect();
+            history.iter().filter_map(|o| effect(o, rk, identity).map(|e| (o, e))).collect();
         let maximal: Vec<&(&Op, Effect)> =
             touching.iter().filter(|(o, _)| !touching.iter().any(|(a, _)| a.acked && a.issued > o.ended)).collect();
         let mut valid: Vec<Effect> = maximal.iter().map(|(_, e)| e.clone()).collect();
@@ -441,10 +635,11 @@ async fn check(backend: common::Backend, run: Run) {
         }
     }
     let stray: BTreeSet<&String> = live.keys().filter(|k| !identities.contains_key(*k)).collect();
-    assert!(stray.is_empty(), "seed {seed}: records nobody wrote: {stray:?}");
+    assert!(stray.is_empty(), "seed {seed} shards {shards}: records nobody wrote: {stray:?}");
     let (calls, injected): (u64, u64) = faulty.iter().map(|f| f.counts()).fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1));
+    let cov = coverage(&history, shards);
     eprintln!(
-        "checker {backend:?} seed {seed}: {} ops issued, {} writes checked ({} acknowledged) by {clients} clients on \
+        "checker {backend:?} seed {seed} shards {shards}: {} ops issued, {} writes checked ({} acknowledged) by {clients} clients on \
          {instances} instances in {issued_secs:.1} s; {calls} storage calls, {injected} faults injected; {} identities, {checked_writes} live, {} rows; \
          {} audit scans; {} violations",
         history.len() as u64 + refused.load(Ordering::Relaxed),
@@ -455,8 +650,21 @@ async fn check(backend: common::Backend, run: Run) {
         audit.scans,
         violations.len() + audit.regressions.len()
     );
-    assert!(audit.regressions.is_empty(), "seed {seed}: {:#?}", &audit.regressions[..audit.regressions.len().min(10)]);
-    assert!(violations.is_empty(), "seed {seed}: {:#?}", &violations[..violations.len().min(10)]);
+    eprintln!(
+        "checker {backend:?} seed {seed} shards {shards}: workload (acknowledged, replayed in issue order): {} filters \
+         matched records, {} of them in 2+ shards, {} after an acknowledged upsert of another shard; {} replaces moved \
+         a record to another shard; shard leases hogged {hogged} times",
+        cov.filters_matching, cov.cross_shard_filters, cov.after_other_shard_upsert, cov.moves
+    );
+    if shards > 1 && history.len() >= 200 {
+        // The workload must exercise the barrier (a check that the generator still does).
+        assert!(
+            cov.cross_shard_filters > 0 && cov.after_other_shard_upsert > 0 && cov.moves > 0,
+            "seed {seed} shards {shards}: the workload never crossed shards: {cov:?}"
+        );
+    }
+    assert!(audit.regressions.is_empty(), "seed {seed} shards {shards}: {:#?}", &audit.regressions[..audit.regressions.len().min(10)]);
+    assert!(violations.is_empty(), "seed {seed} shards {shards}: {:#?}", &violations[..violations.len().min(10)]);
 }
 
 /// Long runs on one backend only: `TC_CHECKER_BACKEND=local` or `azurite`.
@@ -472,13 +680,29 @@ fn env_u64(name: &str) -> Option<u64> {
     std::env::var(name).ok().and_then(|v| v.parse().ok())
 }
 
+/// The shard counts to run: `TC_CHECKER_SHARDS` (comma-separated, e.g. `4` or `1,4,16`),
+/// else 1, 4 and 16.
+fn shard_counts() -> Vec<u16> {
+    match std::env::var("TC_CHECKER_SHARDS") {
+        Ok(v) => v.split(',').map(|s| s.trim().parse().unwrap_or_else(|_| panic!("TC_CHECKER_SHARDS: '{v}'"))).collect(),
+        Err(_) => vec![1, 4, 16],
+    }
+}
+
+/// One run per shard count; the operations (`TC_CHECKER_OPS`, default 1,000 on the embedded
+/// store and 300 on Azurite) are split between them, so the bounded run costs what one run
+/// did before shards.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn randomized_checker_finds_no_violation() {
     let seed = env_u64("TC_CHECKER_SEED").unwrap_or(20261121);
+    let counts = shard_counts();
     for backend in common::backends().into_iter().filter(|b| wanted(*b)) {
         let default_ops = if backend == common::Backend::Local { 1000 } else { 300 };
-        let ops = env_u64("TC_CHECKER_OPS").map_or(default_ops, |n| n as usize);
+        let total = env_u64("TC_CHECKER_OPS").map_or(default_ops, |n| n as usize);
         let clients = env_u64("TC_CHECKER_CLIENTS").unwrap_or(4) as usize;
-        check(backend, Run { seed, ops, clients, instances: 3 }).await;
+        for (i, shards) in counts.iter().enumerate() {
+            let ops = total / counts.len() + usize::from(i < total % counts.len());
+            check(backend, Run { seed, ops, clients, instances: 3, shards: *shards }).await;
+        }
     }
 }
