@@ -1,7 +1,8 @@
 //! `serve`: the whole system in one process. The HTTP API, a queue worker that plays the
-//! part of the Functions `apply` trigger (same retry and poison rules; the messages of one
-//! receive are handled concurrently, so the WAL shards are applied in parallel), and a timer
-//! that plays the part of the `sweep` trigger.
+//! part of the Functions `apply` trigger (same retry and poison rules; up to `batch_size`
+//! messages are handled concurrently, and new ones are received as soon as a slot is free, so
+//! the WAL shards are applied in parallel), and a timer that plays the part of the `sweep`
+//! trigger.
 //!
 //! Shutdown (Ctrl-C / SIGTERM, or the future passed to [`serve`]): stop accepting requests,
 //! let in-flight requests and the message being applied finish, then return.
@@ -10,7 +11,6 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::StreamExt;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
@@ -82,32 +82,51 @@ pub async fn shutdown_signal() {
     tracing::info!("shutdown requested");
 }
 
-/// Receives apply-queue messages and handles them until stopped.
+/// Receives apply-queue messages and handles them until stopped, up to
+/// [`ServeOptions::batch_size`] at once, each in a task of its own (hints of different shards
+/// are applied in parallel; hints of a shard this process is already applying find it busy and
+/// return). Like the Functions host, which fetches more messages while earlier ones still
+/// run, it receives again whenever a slot is free, not when the whole batch is done: an apply
+/// pass runs until its shard has nothing pending, which under steady load lasts up to
+/// `apply_budget`, and must not hold back the hints of other shards meanwhile. On stop, the
+/// messages in flight are finished first.
 pub async fn run_worker(catalog: Arc<Catalog>, opts: ServeOptions, mut stop: watch::Receiver<bool>) {
+    let batch = opts.batch_size.clamp(1, 32);
+    let mut in_flight = tokio::task::JoinSet::new();
     let mut idle = Duration::from_millis(20);
     loop {
+        while in_flight.try_join_next().is_some() {}
         if *stop.borrow() {
+            while in_flight.join_next().await.is_some() {}
             return;
         }
-        let received = catalog
-            .store()
-            .receive_messages(&catalog.names().queue, opts.batch_size.clamp(1, 32), opts.visibility_timeout)
-            .await;
-        match received {
-            Ok(msgs) if !msgs.is_empty() => {
-                idle = Duration::from_millis(20);
-                // Concurrently, like the Functions host with `batchSize`: hints of different
-                // shards are applied in parallel (hints of one shard find it busy and return).
-                futures::stream::iter(msgs).for_each_concurrent(None, |m| handle_message(&catalog, m)).await;
-                continue;
+        let room = batch.saturating_sub(in_flight.len());
+        if room > 0 {
+            match catalog.store().receive_messages(&catalog.names().queue, room, opts.visibility_timeout).await {
+                Ok(msgs) if !msgs.is_empty() => {
+                    idle = Duration::from_millis(20);
+                    for m in msgs {
+                        let catalog = catalog.clone();
+                        in_flight.spawn(async move { handle_message(&catalog, m).await });
+                    }
+                    continue;
+                }
+                Ok(_) => {}
+                Err(e) => tracing::warn!(error = %e, "receiving from the apply queue failed"),
             }
-            Ok(_) => {}
-            Err(e) => tracing::warn!(error = %e, "receiving from the apply queue failed"),
         }
         tokio::select! {
-            _ = stop.changed() => return,
-            _ = catalog.work_signal().notified() => idle = Duration::from_millis(20),
-            _ = tokio::time::sleep(idle) => idle = (idle * 2).min(opts.max_poll_interval),
+            changed = stop.changed() => {
+                if changed.is_err() {
+                    // The sender is gone: nobody can stop us any more, so stop now.
+                    while in_flight.join_next().await.is_some() {}
+                    return;
+                }
+            }
+            // Full: wait for a slot.
+            Some(_) = in_flight.join_next(), if room == 0 => {}
+            _ = catalog.work_signal().notified(), if room > 0 => idle = Duration::from_millis(20),
+            _ = tokio::time::sleep(idle), if room > 0 => idle = (idle * 2).min(opts.max_poll_interval),
         }
     }
 }
@@ -171,5 +190,123 @@ pub async fn run_sweeper(catalog: Arc<Catalog>, interval: Duration, mut stop: wa
             ),
             Err(e) => tracing::warn!(error = %e, "sweep failed"),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    use serde_json::json;
+
+    use super::*;
+    use crate::catalog::CatalogOptions;
+    use crate::config::Names;
+    use crate::record::Record;
+    use crate::schema::Schema;
+    use crate::store::layer::{Call, Layer, LayeredStore, Returned};
+    use crate::store::local::LocalStore;
+    use crate::store::{OpKind, Store, StoreResult};
+    use crate::wal::{Op, ShardId, WalOptions};
+
+    /// Once armed, holds every query of one WAL partition (an apply pass reading the shard's
+    /// pending entries) until opened.
+    struct HoldShard {
+        table: String,
+        partition: String,
+        armed: AtomicBool,
+        arrived: watch::Sender<u64>,
+        open: watch::Sender<bool>,
+    }
+
+    impl Layer for HoldShard {
+        async fn run<'a, T, F, Fut>(&'a self, call: Call<'a>, mut attempt: F) -> StoreResult<T>
+        where
+            T: Returned + Send + 'a,
+            F: FnMut() -> Fut + Send + 'a,
+            Fut: Future<Output = StoreResult<T>> + Send + 'a,
+        {
+            if self.armed.load(Ordering::SeqCst)
+                && call.op == OpKind::Query
+                && call.target == self.table
+                && call.partition_key == Some(self.partition.as_str())
+            {
+                let mut open = self.open.subscribe();
+                self.arrived.send_modify(|n| *n += 1);
+                let _ = open.wait_for(|o| *o).await;
+            }
+            attempt().await
+        }
+    }
+
+    /// Only a hung worker reaches it.
+    const DEADLINE: Duration = Duration::from_secs(30);
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_hint_is_handled_while_an_apply_pass_of_another_shard_is_still_running() {
+        let names = Names::new("worker", None, None).unwrap();
+        let schema = Schema::new(vec!["code".into()], "name").unwrap();
+        let opts =
+            CatalogOptions { wal: WalOptions { shards: 4, ..WalOptions::default() }, ..CatalogOptions::default() };
+        let record = |i: usize| -> Record {
+            let v = json!({"code": format!("c{i}"), "name": format!("n{i}")});
+            v.as_object().unwrap().clone()
+        };
+        let route = |i: usize| {
+            let keys = schema.record_keys(&record(i)).unwrap();
+            ShardId::for_row_key(&keys.row_key, 4)
+        };
+        // Two records in different shards.
+        let b = (1..100).find(|&i| route(i) != route(0)).unwrap();
+        let (shard_a, shard_b) = (route(0), route(b));
+        let hold = Arc::new(HoldShard {
+            table: names.wal_table.clone(),
+            partition: shard_a.partition(),
+            armed: AtomicBool::new(false),
+            arrived: watch::Sender::new(0),
+            open: watch::Sender::new(false),
+        });
+        let local: Arc<dyn Store> = Arc::new(LocalStore::in_memory().unwrap());
+        let store: Arc<dyn Store> = Arc::new(LayeredStore::with_layer(local, hold.clone()));
+        let catalog = Arc::new(Catalog::open(store, names.clone(), schema.clone(), opts).await.unwrap());
+        // Logged without hints; the hints are put by hand below.
+        let id_a = catalog.wal().append(vec![(shard_a, Op::Upsert { record: record(0) })]).await.unwrap().remove(0);
+        let id_b = catalog.wal().append(vec![(shard_b, Op::Upsert { record: record(b) })]).await.unwrap().remove(0);
+        let hint = |shard: ShardId, id: &crate::wal::WalId| {
+            messages::encode(&messages::hint_json(&shard.partition(), id.as_str()))
+        };
+        hold.armed.store(true, Ordering::SeqCst);
+
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let opts = ServeOptions { max_poll_interval: Duration::from_millis(50), ..ServeOptions::default() };
+        let worker = tokio::spawn(run_worker(catalog.clone(), opts, stop_rx));
+        catalog.store().put_message(&names.queue, &hint(shard_a, &id_a), Duration::ZERO).await.unwrap();
+        // Shard A's apply pass is now running, held reading A's pending entries.
+        let mut arrived = hold.arrived.subscribe();
+        tokio::time::timeout(DEADLINE, arrived.wait_for(|n| *n >= 1))
+            .await
+            .expect("shard A's apply pass never started")
+            .unwrap();
+
+        catalog.store().put_message(&names.queue, &hint(shard_b, &id_b), Duration::ZERO).await.unwrap();
+        let b_applied = async {
+            while catalog.wal().is_pending(shard_b, &id_b).await.unwrap() {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        };
+        tokio::time::timeout(DEADLINE, b_applied)
+            .await
+            .expect("the hint of shard B waited behind the apply pass of shard A");
+        assert!(catalog.wal().is_pending(shard_a, &id_a).await.unwrap(), "shard A is still held");
+
+        hold.open.send_replace(true);
+        let a_applied = async {
+            while catalog.wal().is_pending(shard_a, &id_a).await.unwrap() {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        };
+        tokio::time::timeout(DEADLINE, a_applied).await.expect("shard A was not applied once released");
+        stop_tx.send_replace(true);
+        tokio::time::timeout(DEADLINE, worker).await.expect("the worker did not stop").unwrap();
     }
 }

@@ -207,6 +207,8 @@ pub struct SimAzure {
     buckets: Mutex<Buckets>,
     requests: AtomicU64,
     throttled: [AtomicU64; 3],
+    /// 503s for a partition over its entity rate, by (table, partition).
+    throttled_by_partition: Mutex<HashMap<(String, String), u64>>,
     gave_up: AtomicU64,
 }
 
@@ -238,6 +240,7 @@ impl SimAzure {
             buckets: Mutex::new(buckets),
             requests: AtomicU64::new(0),
             throttled: Default::default(),
+            throttled_by_partition: Mutex::new(HashMap::new()),
             gave_up: AtomicU64::new(0),
         }
     }
@@ -257,6 +260,14 @@ impl SimAzure {
             throttled_queue: t(2),
             gave_up: self.gave_up.load(Ordering::Relaxed),
         }
+    }
+
+    /// 503s for a partition over its entity rate so far, by (table, partition), most first.
+    pub fn throttled_by_partition(&self) -> Vec<(String, String, u64)> {
+        let Ok(map) = self.throttled_by_partition.lock() else { return Vec::new() };
+        let mut out: Vec<(String, String, u64)> = map.iter().map(|((t, p), n)| (t.clone(), p.clone(), *n)).collect();
+        out.sort_by(|a, b| b.2.cmp(&a.2).then_with(|| (&a.0, &a.1).cmp(&(&b.0, &b.1))));
+        out
     }
 
     fn latency(&self, op: OpKind) -> Duration {
@@ -322,6 +333,11 @@ impl SimAzure {
         tokio::time::sleep(self.latency(call.op)).await;
         self.requests.fetch_add(1, Ordering::Relaxed);
         if let Err(busy) = self.admit(&call, Instant::now()) {
+            if let (Busy::Partition, Some(pk), Ok(mut map)) =
+                (&busy, call.partition_key, self.throttled_by_partition.lock())
+            {
+                *map.entry((call.target.to_string(), pk.to_string())).or_default() += 1;
+            }
             let (i, what) = match busy {
                 Busy::Partition => (
                     0,
@@ -480,6 +496,7 @@ mod tests {
         sim.batch("things", "cold", &batch("cold", 0)).await.unwrap();
         let stats = sim.sim().stats();
         assert_eq!((stats.requests, stats.throttled_partition, stats.throttled_account), (5, 1, 0));
+        assert_eq!(sim.sim().throttled_by_partition(), vec![("things".to_string(), "hot".to_string(), 1)]);
         // Nothing of the refused batch was written (read behind the simulator: the hot
         // partition would refuse the read too).
         assert!(sim.inner().get("things", "hot", "r250").await.unwrap().is_none());
