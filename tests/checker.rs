@@ -416,8 +416,8 @@ async fn check(backend: common::Backend, run: Run) {
     let audit_period = Duration::from_millis(if local { 10 } else { 100 });
     let auditor = tokio::spawn(audit(inner.clone(), names.table.clone(), audit_period, stop_rx.clone()));
 
-    // Lease hogs while the clients write (see [`hog_leases`]): two, and one per 3 shards
-    // beyond 6 (none with one shard).
+    // Lease hogs while the clients write (see [`hog_leases`]): one per 3 shards, at least two
+    // (none with one shard: 2 with 4 shards, 6 with 16).
     let (hogs_stop, hogs_rx) = tokio::sync::watch::channel(false);
     let hog_count = if shards > 1 { usize::from(shards.div_ceil(3)).max(2) } else { 0 };
     let hogs: Vec<_> = (0..hog_count)
