@@ -34,8 +34,10 @@ cleanup() {
 }
 trap cleanup EXIT
 
+# The test binary is the artifact of the `checker` test target (cargo also reports the
+# package's binary, which integration tests get built).
 exe="$(cargo test --release --features fault-injection --test checker --no-run --message-format=json-render-diagnostics |
-    sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -n 1)"
+    grep '"kind":\["test"\]' | grep '"name":"checker"' | sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -n 1)"
 [ -x "$exe" ] || { echo "checker_long: no test binary built" >&2; exit 1; }
 cp "$exe" "$work/checker"
 

@@ -416,8 +416,8 @@ async fn check(backend: common::Backend, run: Run) {
     let audit_period = Duration::from_millis(if local { 10 } else { 100 });
     let auditor = tokio::spawn(audit(inner.clone(), names.table.clone(), audit_period, stop_rx.clone()));
 
-    // Lease hogs while the clients write (see [`hog_leases`]): two, and one per 3 shards
-    // beyond 6 (none with one shard).
+    // Lease hogs while the clients write (see [`hog_leases`]): one per 3 shards, at least two
+    // (none with one shard: 2 with 4 shards, 6 with 16).
     let (hogs_stop, hogs_rx) = tokio::sync::watch::channel(false);
     let hog_count = if shards > 1 { usize::from(shards.div_ceil(3)).max(2) } else { 0 };
     let hogs: Vec<_> = (0..hog_count)
@@ -571,10 +571,22 @@ async fn check(backend: common::Backend, run: Run) {
     // least every 3 minutes.
     let mut progress_at = Instant::now();
     let mut last: (Option<String>, u64) = (None, u64::MAX);
+    let mut reported = Instant::now();
     loop {
         c0.recover().await.unwrap();
         let queued = c0.store().approximate_count(&names.queue).await.unwrap();
         let st = c0.status().await.unwrap();
+        if reported.elapsed() >= Duration::from_secs(30) {
+            let behind: Vec<String> =
+                st.shards.iter().filter(|s| s.pending > 0).map(|s| format!("{} {}", s.shard, s.pending)).collect();
+            eprintln!(
+                "checker {backend:?} seed {seed} shards {shards}: quiescing after {:.0} s: {} pending ({}), {queued} queued",
+                started.elapsed().as_secs_f64(),
+                st.pending,
+                behind.join(", ")
+            );
+            reported = Instant::now();
+        }
         let oldest = (st.pending > 0).then(|| format!("{} pending, checkpoint {:?}", st.pending, st.checkpoint));
         if queued == 0 && oldest.is_none() {
             break;
