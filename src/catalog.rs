@@ -12,6 +12,8 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
+use crate::apply::sweep::{age_ms, SweepReport};
+use crate::apply::{Applier, DrainOutcome};
 use crate::config::Names;
 use crate::error::{Error, Result};
 use crate::hinter::Hinter;
@@ -21,8 +23,6 @@ use crate::record::{self, Record};
 use crate::schema::Schema;
 use crate::store::counting::{RequestCounts, RequestSnapshot};
 use crate::store::{Store, StoreError, MAX_PAGE};
-use crate::apply::sweep::{age_ms, SweepReport};
-use crate::apply::{Applier, DrainOutcome};
 use crate::wal::{Op, ShardId, Wal, WalId, WalOptions};
 
 /// Tunables of a catalog.
@@ -317,7 +317,8 @@ impl Catalog {
         let deadline = Instant::now() + self.opts.wait_timeout;
         let mut delay = Duration::from_millis(5);
         loop {
-            let _ = self.applier.apply_shard_by(shard, deadline.min(Instant::now() + self.opts.wal.apply_budget)).await?;
+            let _ =
+                self.applier.apply_shard_by(shard, deadline.min(Instant::now() + self.opts.wal.apply_budget)).await?;
             if !self.wal.is_pending(shard, id).await? {
                 return match self.wal.dead_reason(id).await? {
                     None => Ok(true),

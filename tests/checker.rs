@@ -162,7 +162,8 @@ impl Universe {
 
     /// A filter on one of the record's non-empty identifiers.
     fn filter_matching(&self, rng: &mut StdRng, r: &Record) -> (String, String) {
-        let fields: Vec<&str> = INDEX.iter().copied().filter(|f| r[*f].as_str().is_some_and(|v| !v.is_empty())).collect();
+        let fields: Vec<&str> =
+            INDEX.iter().copied().filter(|f| r[*f].as_str().is_some_and(|v| !v.is_empty())).collect();
         let field = fields[rng.gen_range(0..fields.len())];
         (field.to_string(), r[field].as_str().unwrap().to_string())
     }
@@ -219,9 +220,9 @@ fn coverage(history: &[Op], shards: u16) -> Coverage {
                 let in_shards: BTreeSet<ShardId> = matched.iter().map(|rk| shard(rk)).collect();
                 c.filters_matching += u64::from(!matched.is_empty());
                 c.cross_shard_filters += u64::from(in_shards.len() > 1);
-                let ordered = matched.iter().any(|rk| {
-                    live[rk].1.is_some_and(|w| w.ended < op.issued && shard(rk) != ShardId::ZERO)
-                });
+                let ordered = matched
+                    .iter()
+                    .any(|rk| live[rk].1.is_some_and(|w| w.ended < op.issued && shard(rk) != ShardId::ZERO));
                 c.after_other_shard_upsert += u64::from(ordered);
                 for rk in &matched {
                     live.remove(rk);
@@ -595,11 +596,17 @@ async fn check(backend: common::Backend, run: Run) {
             progress_at = Instant::now();
             last = (oldest, queued);
         } else if progress_at.elapsed() > Duration::from_secs(180) {
-            panic!("seed {seed} shards {shards}: no progress for 3 minutes: {:?}, {queued} queued", c0.status().await.unwrap());
+            panic!(
+                "seed {seed} shards {shards}: no progress for 3 minutes: {:?}, {queued} queued",
+                c0.status().await.unwrap()
+            );
         }
         tokio::time::sleep(poll_every).await;
     }
-    eprintln!("checker {backend:?} seed {seed} shards {shards}: quiesced after {:.0} s", started.elapsed().as_secs_f64());
+    eprintln!(
+        "checker {backend:?} seed {seed} shards {shards}: quiesced after {:.0} s",
+        started.elapsed().as_secs_f64()
+    );
     let _ = stop_tx.send(true);
     for b in background {
         b.await.unwrap();
@@ -675,7 +682,11 @@ async fn check(backend: common::Backend, run: Run) {
             "seed {seed} shards {shards}: the workload never crossed shards: {cov:?}"
         );
     }
-    assert!(audit.regressions.is_empty(), "seed {seed} shards {shards}: {:#?}", &audit.regressions[..audit.regressions.len().min(10)]);
+    assert!(
+        audit.regressions.is_empty(),
+        "seed {seed} shards {shards}: {:#?}",
+        &audit.regressions[..audit.regressions.len().min(10)]
+    );
     assert!(violations.is_empty(), "seed {seed} shards {shards}: {:#?}", &violations[..violations.len().min(10)]);
 }
 
@@ -696,7 +707,9 @@ fn env_u64(name: &str) -> Option<u64> {
 /// else 1, 4 and 16.
 fn shard_counts() -> Vec<u16> {
     match std::env::var("TC_CHECKER_SHARDS") {
-        Ok(v) => v.split(',').map(|s| s.trim().parse().unwrap_or_else(|_| panic!("TC_CHECKER_SHARDS: '{v}'"))).collect(),
+        Ok(v) => {
+            v.split(',').map(|s| s.trim().parse().unwrap_or_else(|_| panic!("TC_CHECKER_SHARDS: '{v}'"))).collect()
+        }
         Err(_) => vec![1, 4, 16],
     }
 }

@@ -330,7 +330,9 @@ impl Applier {
                 Err(e) if e.is_transient() => return Err(e),
                 // A permanent failure: find the entry (or entries) that cause it and move them
                 // aside, so the rest of the log keeps flowing.
-                Err(e) if group.len() == 1 => self.bury(&group[0].to_entity(&shard.partition()), &e.to_string()).await?,
+                Err(e) if group.len() == 1 => {
+                    self.bury(&group[0].to_entity(&shard.partition()), &e.to_string()).await?
+                }
                 Err(_) => {
                     for entry in group {
                         let one = std::slice::from_ref(entry);

@@ -8,12 +8,12 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::Value;
+use table_catalog::apply::DrainOutcome;
 use table_catalog::catalog::Catalog;
 use table_catalog::import::{self, Format};
 use table_catalog::query::Filter;
 use table_catalog::server::{self, ServeOptions};
 use table_catalog::settings;
-use table_catalog::apply::DrainOutcome;
 
 use super::{Cli, Command, FormatArg};
 

@@ -237,7 +237,9 @@ impl FaultStore {
     fn record(&self, table: &str, entities: impl IntoIterator<Item = Entity>) {
         if let Ok(mut log) = self.wal_log.lock() {
             for e in entities {
-                if crate::wal::ShardId::from_partition(&e.partition_key).is_some() && e.row_key.as_str() < crate::wal::PENDING_BEFORE {
+                if crate::wal::ShardId::from_partition(&e.partition_key).is_some()
+                    && e.row_key.as_str() < crate::wal::PENDING_BEFORE
+                {
                     log.push((table.to_string(), e));
                 }
             }

@@ -181,9 +181,10 @@ impl Wal {
     /// concurrently).
     pub async fn find_pending(&self, id: &WalId) -> Result<Option<ShardId>> {
         let count = self.current_shard_count().await?;
-        let found = futures::future::try_join_all(ShardId::all(count).map(|s| async move {
-            Ok::<_, crate::Error>(self.is_pending(s, id).await?.then_some(s))
-        }))
+        let found = futures::future::try_join_all(
+            ShardId::all(count)
+                .map(|s| async move { Ok::<_, crate::Error>(self.is_pending(s, id).await?.then_some(s)) }),
+        )
         .await?;
         Ok(found.into_iter().flatten().next())
     }
