@@ -63,6 +63,8 @@ pub enum DurabilityArg {
     Process,
 }
 
+// Parsed once per run: the size of the `bench sim` arguments does not matter.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run the whole system: HTTP API, queue worker and sweeper.

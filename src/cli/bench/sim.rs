@@ -293,7 +293,7 @@ fn wal_traffic(traffic: &Traffic, seconds: f64) -> String {
     let mut out = Vec::new();
     if let Some(meta) = traffic.get("metadata") {
         let mut kinds: Vec<(String, u64)> = meta.iter().map(|((kind, op), c)| (format!("{kind} {op}"), c.1)).collect();
-        kinds.sort_by(|a, b| b.1.cmp(&a.1));
+        kinds.sort_by_key(|k| std::cmp::Reverse(k.1));
         let detail: Vec<String> = kinds.iter().take(5).map(|(k, n)| format!("{k} {:.0}", per_s(*n))).collect();
         out.push(format!("metadata {:.0} entities/s ({})", per_s(total(meta)), detail.join(", ")));
     }
@@ -846,21 +846,8 @@ fn markdown(args: &SimArgs, runs: &[RunReport]) -> String {
             r.load_average,
         ));
     }
-    let ops: std::collections::BTreeSet<OpKind> = runs.iter().flat_map(|r| r.requests.by_op.keys().copied()).collect();
-    s.push_str("\nStorage requests per acknowledged write, by operation (a batch is one request):\n\n| operation |");
-    for r in runs {
-        s.push_str(&format!(" {} |", r.label(args.rate.len())));
-    }
-    s.push_str("\n|---|");
-    s.push_str(&"---|".repeat(runs.len()));
-    s.push('\n');
-    for op in ops {
-        s.push_str(&format!("| {} |", op.name()));
-        for r in runs {
-            s.push_str(&format!(" {:.3} |", r.per_write(r.requests.op(op))));
-        }
-        s.push('\n');
-    }
+    s.push_str("\nStorage requests per acknowledged write, by operation (a batch is one request):\n\n");
+    push_ops_table(&mut s, runs, |r| r.label(args.rate.len()), |r| &r.requests, |r, n| r.per_write(n));
     s.push_str("| entities in batches |");
     for r in runs {
         s.push_str(&format!(" {:.3} |", r.per_write(r.requests.batch_entities)));
@@ -925,21 +912,14 @@ fn markdown_backlog(args: &SimArgs, runs: &[BacklogReport]) -> String {
             r.load_average,
         ));
     }
-    let ops: std::collections::BTreeSet<OpKind> = runs.iter().flat_map(|r| r.requests.by_op.keys().copied()).collect();
-    s.push_str("\nStorage requests per applied entry, by operation (a batch is one request):\n\n| operation |");
-    for r in runs {
-        s.push_str(&format!(" S={} N={} |", r.shards, r.appliers));
-    }
-    s.push_str("\n|---|");
-    s.push_str(&"---|".repeat(runs.len()));
-    s.push('\n');
-    for op in ops {
-        s.push_str(&format!("| {} |", op.name()));
-        for r in runs {
-            s.push_str(&format!(" {:.3} |", r.per_entry(r.requests.op(op))));
-        }
-        s.push('\n');
-    }
+    s.push_str("\nStorage requests per applied entry, by operation (a batch is one request):\n\n");
+    push_ops_table(
+        &mut s,
+        runs,
+        |r| format!("S={} N={}", r.shards, r.appliers),
+        |r| &r.requests,
+        |r, n| r.per_entry(n),
+    );
     s.push_str("\nWAL table traffic while applying (entities/s as the simulator charges them, first attempts):\n\n");
     for r in runs {
         s.push_str(&format!("- S={} N={}: {}\n", r.shards, r.appliers, r.wal_traffic));
@@ -1009,4 +989,31 @@ pub async fn run(args: SimArgs) -> Result<()> {
     }
     println!("{}", markdown(&args, &runs));
     Ok(())
+}
+
+/// Appends a Markdown table of storage requests by operation: one column per run (headed by
+/// `label`), one row per operation any run made, each cell `per(run, count)`. The table ends
+/// with a newline and no blank line, so callers may add rows.
+fn push_ops_table<R>(
+    s: &mut String,
+    runs: &[R],
+    label: impl Fn(&R) -> String,
+    requests: impl Fn(&R) -> &RequestSnapshot,
+    per: impl Fn(&R, u64) -> f64,
+) {
+    let ops: std::collections::BTreeSet<OpKind> = runs.iter().flat_map(|r| requests(r).by_op.keys().copied()).collect();
+    s.push_str("| operation |");
+    for r in runs {
+        s.push_str(&format!(" {} |", label(r)));
+    }
+    s.push_str("\n|---|");
+    s.push_str(&"---|".repeat(runs.len()));
+    s.push('\n');
+    for op in ops {
+        s.push_str(&format!("| {} |", op.name()));
+        for r in runs {
+            s.push_str(&format!(" {:.3} |", per(r, requests(r).op(op))));
+        }
+        s.push('\n');
+    }
 }
