@@ -81,25 +81,87 @@ async fn concurrent_appends_get_distinct_ids_in_acknowledgement_order() {
 #[tokio::test]
 async fn the_sweeper_prunes_clock_rows_of_processes_long_gone_but_never_the_maximum() {
     use table_catalog::store::{Entity, Value};
+    use table_catalog::wal::clock::{row_key, CLOCK};
     for backend in common::backends() {
         let store = common::store(backend);
         let names = Names::new(&common::unique_name("alloc"), None, None).unwrap();
         let c = open(store.clone(), &names, 0).await;
         c.upsert(rec(1), false).await.unwrap();
-        let hour_ago = table_catalog::wal::id::now_micros() - 2 * 3600 * 1_000_000;
-        let gone = |row: &str, last: i64| {
-            Entity::new("metadata", row).with("last", Value::Int64(last)).with("at", Value::Int64(hour_ago))
-        };
-        // An old process with a small high-water mark, and one whose mark is the largest.
-        store.upsert(&names.wal_table, &gone("clock-old", 1)).await.unwrap();
+        let two_hours_ago = table_catalog::wal::id::now_micros() - 2 * 3600 * 1_000_000;
         let tomorrow = table_catalog::wal::id::now_micros() + 24 * 3600 * 1_000_000;
-        store.upsert(&names.wal_table, &gone("clock-max", tomorrow)).await.unwrap();
+        let gone = |owner: &str, last: i64| {
+            Entity::new(CLOCK, row_key(last, owner).as_str())
+                .with("last", Value::Int64(last))
+                .with("at", Value::Int64(two_hours_ago))
+        };
+        // A process gone with a small mark, and one gone whose mark is the largest.
+        store.upsert(&names.wal_table, &gone("old", 1)).await.unwrap();
+        store.upsert(&names.wal_table, &gone("max", tomorrow)).await.unwrap();
         let report = c.sweep().await.unwrap();
         assert_eq!(report.clocks_removed, 1, "{backend:?}: {report:?}");
-        assert!(store.get(&names.wal_table, "metadata", "clock-old").await.unwrap().is_none());
-        assert!(store.get(&names.wal_table, "metadata", "clock-max").await.unwrap().is_some(), "the maximum stays");
-        // Ids keep going above it.
+        assert!(store.get(&names.wal_table, CLOCK, &row_key(1, "old")).await.unwrap().is_none());
+        assert!(
+            store.get(&names.wal_table, CLOCK, &row_key(tomorrow, "max")).await.unwrap().is_some(),
+            "the maximum stays"
+        );
+        // Ids keep going above it, in this process and in a new one.
         let id = c.upsert(rec(2), false).await.unwrap().id;
         assert!(WalId::parse(&id).unwrap().micros().unwrap() > tomorrow, "{backend:?}: {id}");
+        let d = open(store.clone(), &names, 0).await;
+        let id = d.upsert(rec(3), false).await.unwrap().id;
+        assert!(WalId::parse(&id).unwrap().micros().unwrap() > tomorrow, "{backend:?}: {id}");
+    }
+}
+
+#[tokio::test]
+async fn a_catalog_with_legacy_clock_rows_keeps_its_ids_increasing_and_the_sweeper_retires_them() {
+    use table_catalog::store::{Entity, Value};
+    for backend in common::backends() {
+        let store = common::store(backend);
+        let names = Names::new(&common::unique_name("alloc"), None, None).unwrap();
+        store.create_table(&names.wal_table).await.unwrap();
+        // Rows of the two earlier designs: the single sequencer row and a per-process row,
+        // one of them far ahead (a skewed clock).
+        let tomorrow = table_catalog::wal::id::now_micros() + 24 * 3600 * 1_000_000;
+        store
+            .upsert(&names.wal_table, &Entity::new("metadata", "clock-wal").with("last", Value::Int64(5)))
+            .await
+            .unwrap();
+        let ahead =
+            Entity::new("metadata", "clock-p1").with("last", Value::Int64(tomorrow)).with("at", Value::Int64(1));
+        store.upsert(&names.wal_table, &ahead).await.unwrap();
+        let c = open(store.clone(), &names, 0).await;
+        let id = c.upsert(rec(1), false).await.unwrap().id;
+        assert!(WalId::parse(&id).unwrap().micros().unwrap() > tomorrow, "{backend:?}: {id}");
+        let report = c.sweep().await.unwrap();
+        assert_eq!(report.clocks_removed, 2, "{backend:?}: {report:?}");
+        for row in ["clock-wal", "clock-p1"] {
+            assert!(store.get(&names.wal_table, "metadata", row).await.unwrap().is_none(), "{backend:?}: {row}");
+        }
+        // A process that starts after the legacy rows are gone still allocates above them.
+        let d = open(store.clone(), &names, 0).await;
+        let id2 = d.upsert(rec(2), false).await.unwrap().id;
+        assert!(id2 > id, "{backend:?}: {id2} not above {id}");
+    }
+}
+
+#[tokio::test]
+async fn the_clock_partition_holds_one_row_per_process() {
+    use futures::TryStreamExt;
+    use table_catalog::store::{pager, RowRange};
+    for backend in common::backends() {
+        let store = common::store(backend);
+        let names = Names::new(&common::unique_name("alloc"), None, None).unwrap();
+        let a = open(store.clone(), &names, 0).await;
+        let b = open(store.clone(), &names, 0).await;
+        for i in 0..10 {
+            a.upsert(rec(i), false).await.unwrap();
+            b.upsert(rec(100 + i), false).await.unwrap();
+        }
+        let rows: Vec<_> = pager::entities(store.as_ref(), &names.wal_table, "clock", &RowRange::default(), 1000)
+            .try_collect()
+            .await
+            .unwrap();
+        assert_eq!(rows.len(), 2, "{backend:?}: each publication replaces its process's row: {rows:?}");
     }
 }

@@ -6,9 +6,10 @@
 //! append that finds a free slot starts a round at once (low latency when idle); when every
 //! slot is busy, callers queue up and the next round to start takes them all (large rounds
 //! under load). Overlapping rounds are safe: each reserves its ids under the process's own
-//! last id, and publications never move the clock row back ([`super::clock`]). A round costs one clock read and one clock publication ([`super::clock`])
-//! plus one entity group transaction per 100 entries (and 4 MiB), whatever the number of
-//! callers; the clock publication and the entry writes run concurrently. A caller's append
+//! last id, and publications never move the high-water mark back ([`super::clock`]). A round
+//! costs one clock read (one entity) and one clock publication ([`super::clock`]) plus one
+//! entity group transaction per 100 entries (and 4 MiB), whatever the number of callers and
+//! processes; the clock publication and the entry writes run concurrently. A caller's append
 //! returns when its entries are durable and its ids are published, never earlier.
 //!
 //! A round that fails fails every caller in it with the same error. Entries of a failed

@@ -1,39 +1,48 @@
-//! WAL id allocation without a single-row sequencer.
+//! WAL id allocation without a single-row sequencer, at a cost that does not grow with the
+//! number of processes.
 //!
 //! The order invariant: an operation acknowledged before another one is issued gets the
 //! smaller WAL id, across processes and whatever their clocks say.
 //!
-//! Each process publishes the highest id timestamp it has handed out in a row of its own,
-//! `metadata/clock-{owner}` in the WAL table, and nobody else writes that row, so publishing
-//! never conflicts. Allocating ids is one round:
-//! 1. read every clock row (one partition query of `metadata`, RowKeys `clock-*`; one page per
-//!    1,000 rows) and take the largest `last`: the high-water mark `h`;
+//! Each process publishes the highest id timestamp it has handed out as a row of the WAL
+//! table's partition [`CLOCK`] whose RowKey is that timestamp inverted ([`row_key`]:
+//! `{i64::MAX - last:019}-{owner}`), so the partition's first row holds the largest
+//! timestamp anybody published. Rows are keyed by value and owner, so publishing never
+//! conflicts. Allocating ids is one round:
+//! 1. read the first row of [`CLOCK`] (one query, `$top=1`, one entity whatever the number
+//!    of processes): the high-water mark `h`;
 //! 2. hand out timestamps from `max(now + skew, h + 1, own last + 1)` on, one microsecond
 //!    apart;
-//! 3. publish the new `last` in this process's row (an unconditional upsert, serialised in
-//!    the process so the row never goes back). The caller writes its WAL entries at the same
-//!    time and acknowledges only when both are done.
+//! 3. publish the new `last`: one entity group transaction that upserts the new row and
+//!    deletes this process's previous one (so the partition holds about one row per live
+//!    process). The caller writes its WAL entries at the same time and acknowledges only when
+//!    both are done.
 //!
-//! Why the order holds: write A is acknowledged only after its process published a `last` at
-//! or above A's id. Write B, issued after that acknowledgement, reads the clock rows after
-//! the publication completed (the Table service is strongly consistent), so `h >= id(A)` and
-//! every id of B is larger. Within a process, `own last + 1` keeps ids increasing even when
-//! two rounds overlap.
+//! Why the order holds: write A is acknowledged only after its process published a row with
+//! `last` at or above A's id. Write B, issued after that acknowledgement, reads the
+//! partition after the publication completed (the Table service is strongly consistent, and
+//! a query returns a partition's rows in RowKey order), so its first row holds `h >= id(A)`
+//! and every id of B is larger. A row is only ever deleted when a row with a larger `last`
+//! exists (its owner's next row, in the same transaction, or any larger row for
+//! [`Clock::prune`]), so the first row never goes back. Within a process, `own last + 1`
+//! keeps ids increasing even when two rounds overlap.
 //!
-//! Cost: one query and one upsert per round, whatever the number of ids, and rounds of one
-//! process are coalesced by [`super::append`] (group commit), so under load a write pays a
-//! small fraction of a request for its id. Processes never contend: the previous design
-//! (one compare-and-swap row behind a process-wide mutex) collapsed when several processes
-//! wrote at once, since each one's swap invalidated the others' cached ETags.
+//! Cost: per round one query returning one entity and one transaction of two entities, on a
+//! partition of its own, whatever the number of ids and processes; rounds of one process are
+//! coalesced by [`super::append`] (group commit). The previous design (a row per process in
+//! `metadata`, every row read by every round) read N entities per round with N processes,
+//! and at 8 instances the reads alone held the `metadata` partition at Azure's 2,000
+//! entities/s target (docs/BENCHMARKS.md, "WAL shards on simulated Azure").
 //!
-//! The legacy row `metadata/clock-wal` of catalogs created before this design lies in the
-//! same RowKey range and is read like any other, so ids keep increasing across the upgrade.
-//! (A process of the old version still running reads only that row: stop old processes
-//! before new ones write, which a deployment does anyway.)
+//! Catalogs from before this design keep their clock rows in `metadata` (RowKeys `clock-*`,
+//! among them `clock-wal` of the first design). A process reads them once, before its first
+//! round, as a floor, so ids keep increasing across the upgrade; the sweeper deletes them
+//! once [`CLOCK`] holds a larger `last`. (A process of an old version still running reads
+//! only those rows: stop old processes before new ones write, which a deployment does.)
 //!
 //! Rows of processes that are gone stay until the sweeper prunes them ([`Clock::prune`]): a
-//! row is removed when it was last published more than [`STALE_AFTER`] ago and some other
-//! row holds a larger `last`, so the high-water mark never goes down.
+//! row is removed when it was last published more than [`STALE_AFTER`] ago and is not the
+//! first row.
 
 use std::time::Duration;
 
@@ -42,16 +51,24 @@ use futures::TryStreamExt;
 use super::id::now_micros;
 use super::METADATA;
 use crate::error::Result;
-use crate::store::{pager, Entity, IfMatch, RowRange, Store, StoreError, Value};
+use crate::store::{pager, BatchOp, Entity, IfMatch, RowRange, Store, StoreError, Value, MAX_PAGE};
 
-/// RowKey prefix of clock rows.
-pub const CLOCK_PREFIX: &str = "clock-";
-/// A clock row not published for this long may be pruned (when it is not the maximum).
+/// PartitionKey of the clock rows in the WAL table.
+pub const CLOCK: &str = "clock";
+/// RowKey prefix of the clock rows of earlier versions, in the `metadata` partition.
+pub const LEGACY_PREFIX: &str = "clock-";
+/// A clock row not published for this long may be pruned (unless it is the first row).
 pub const STALE_AFTER: Duration = Duration::from_secs(3600);
 
-/// The RowKey range holding every clock row (`clock-` ≤ RowKey < `clock.`).
-fn clock_range() -> RowRange {
-    RowRange { from: Some(CLOCK_PREFIX.into()), before: Some("clock.".into()), ..RowRange::default() }
+/// RowKey of the clock row publishing `last` for `owner`: the inverted timestamp, 19 digits,
+/// so a larger `last` sorts first, then the owner (rows never collide across processes).
+pub fn row_key(last: i64, owner: &str) -> String {
+    format!("{:019}-{owner}", i64::MAX - last.max(0))
+}
+
+/// The RowKey range of the legacy clock rows (`clock-` ≤ RowKey < `clock.` in `metadata`).
+fn legacy_range() -> RowRange {
+    RowRange { from: Some(LEGACY_PREFIX.into()), before: Some("clock.".into()), ..RowRange::default() }
 }
 
 fn last_of(e: &Entity) -> i64 {
@@ -61,37 +78,57 @@ fn last_of(e: &Entity) -> i64 {
     }
 }
 
+fn at_of(e: &Entity) -> i64 {
+    match e.properties.get("at") {
+        Some(Value::Int64(v)) => *v,
+        _ => 0, // the first design's row has no `at`
+    }
+}
+
+/// What this process last published.
+#[derive(Debug, Default)]
+struct Published {
+    /// Largest `last` published.
+    last: i64,
+    /// RowKey of the row that published it (deleted with the next publication).
+    row: Option<String>,
+}
+
 /// One process's id clock (see the module docs).
 #[derive(Debug)]
 pub struct Clock {
-    /// RowKey of this process's row: `clock-{owner}`.
-    row: String,
+    /// Lease owner id of this process; the tail of its rows' RowKeys.
+    owner: String,
     /// Offset added to the local clock, in µs (tests skew writers with it).
     skew_us: i64,
     /// Highest timestamp handed out by this process.
     own_last: std::sync::Mutex<i64>,
-    /// Highest value published in this process's row; held across the upsert so
-    /// publications of one process are ordered.
-    published: tokio::sync::Mutex<i64>,
+    /// This process's publication; held across the write so publications of one process
+    /// are ordered and each deletes the row of the one before.
+    published: tokio::sync::Mutex<Published>,
+    /// The largest `last` of the legacy rows, read once before the first round.
+    legacy: tokio::sync::OnceCell<i64>,
 }
 
 impl Clock {
     /// The clock of the process whose lease owner id is `owner`.
     pub fn new(owner: &str, skew_us: i64) -> Clock {
         Clock {
-            row: format!("{CLOCK_PREFIX}{owner}"),
+            owner: owner.to_string(),
             skew_us,
             own_last: std::sync::Mutex::new(0),
-            published: tokio::sync::Mutex::new(0),
+            published: tokio::sync::Mutex::new(Published::default()),
+            legacy: tokio::sync::OnceCell::new(),
         }
     }
 
-    /// The high-water mark: the largest `last` over every clock row of the WAL table
-    /// (0 when there is none). One query request per 1,000 clock rows.
+    /// The high-water mark: the largest `last` any process published (0 when none did).
+    /// One query of one entity; the first call of a process also reads the legacy rows.
     pub async fn high_water(&self, store: &dyn Store, table: &str) -> Result<i64> {
-        let range = clock_range();
-        let rows = pager::entities(store, table, METADATA, &range, crate::store::MAX_PAGE);
-        Ok(rows.try_fold(0i64, |m, e| async move { Ok(m.max(last_of(&e))) }).await?)
+        let all = RowRange::default();
+        let first = pager::entities(store, table, CLOCK, &all, 1).try_next().await?;
+        let floor = *self.legacy.get_or_try_init(|| legacy_high(store, table)).await?;
+        Ok(first.as_ref().map_or(0, last_of).max(floor))
     }
 
     /// Reserves `n` (≥ 1) consecutive timestamps above `high` and above everything this
@@ -104,49 +141,78 @@ impl Clock {
         start
     }
 
-    /// Publishes `last` in this process's row (unless a larger value already was). When this
-    /// returns `Ok`, every later [`Clock::high_water`] in any process is at least `last`.
+    /// Publishes `last` (unless a larger value already was): upserts its row and deletes
+    /// this process's previous row in one entity group transaction. When this returns `Ok`,
+    /// every later [`Clock::high_water`] in any process is at least `last`.
     pub async fn publish(&self, store: &dyn Store, table: &str, last: i64) -> Result<()> {
         let mut published = self.published.lock().await;
-        if *published >= last {
+        if published.last >= last {
             return Ok(());
         }
         crate::faults::point("before_clock_publish")?;
-        let row = Entity::new(METADATA, self.row.as_str())
-            .with("last", Value::Int64(last))
-            .with("at", Value::Int64(now_micros()));
-        store.upsert(table, &row).await?;
-        *published = last;
+        let key = row_key(last, &self.owner);
+        let row =
+            Entity::new(CLOCK, key.as_str()).with("last", Value::Int64(last)).with("at", Value::Int64(now_micros()));
+        match &published.row {
+            Some(previous) => {
+                let ops = [
+                    BatchOp::Upsert(row.clone()),
+                    BatchOp::Delete { row_key: previous.clone(), if_match: IfMatch::Any },
+                ];
+                match store.batch(table, CLOCK, &ops).await {
+                    Ok(_) => {}
+                    // The previous row is gone (pruned, or an earlier transaction committed
+                    // though its response was lost): the upsert alone publishes.
+                    Err(StoreError::BatchFailed { .. }) => {
+                        store.upsert(table, &row).await?;
+                    }
+                    Err(e) => return Err(e.into()),
+                }
+            }
+            None => {
+                store.upsert(table, &row).await?;
+            }
+        }
+        *published = Published { last, row: Some(key) };
         Ok(())
     }
 
-    /// Removes clock rows of other processes that were not published for [`STALE_AFTER`]
-    /// and hold less than the high-water mark. Returns how many were removed. A row
-    /// republished meanwhile is kept (its ETag changed).
+    /// Removes clock rows not published for [`STALE_AFTER`] (rows of processes that are
+    /// gone, or left over by a publication whose response was lost), except the first row;
+    /// and legacy rows in `metadata` whose `last` the first row covers. Returns how many were
+    /// removed. A row republished meanwhile is kept (its ETag changed).
     pub async fn prune(&self, store: &dyn Store, table: &str) -> Result<usize> {
-        let range = clock_range();
-        let rows: Vec<Entity> =
-            pager::entities(store, table, METADATA, &range, crate::store::MAX_PAGE).try_collect().await?;
-        let high = rows.iter().map(last_of).max().unwrap_or(0);
+        let all = RowRange::default();
+        let rows: Vec<Entity> = pager::entities(store, table, CLOCK, &all, MAX_PAGE).try_collect().await?;
+        let high = rows.first().map_or(0, last_of);
         let cutoff = now_micros() - STALE_AFTER.as_micros() as i64;
         let mut removed = 0;
-        for e in rows {
-            let at = match e.properties.get("at") {
-                Some(Value::Int64(v)) => *v,
-                _ => 0,
-            };
-            // The legacy row has no `at`; it is pruned like any other once it is not the max.
-            if e.row_key == self.row || last_of(&e) >= high || at >= cutoff {
-                continue;
-            }
-            let tag = e.etag.clone().map_or(IfMatch::Any, IfMatch::Etag);
-            match store.delete(table, METADATA, &e.row_key, &tag).await {
-                Ok(()) => removed += 1,
-                Err(StoreError::NotFound(_) | StoreError::PreconditionFailed(_)) => {}
-                Err(err) => return Err(err.into()),
-            }
+        for e in rows.iter().skip(1).filter(|e| at_of(e) < cutoff) {
+            removed += delete_if_unchanged(store, table, e).await? as usize;
+        }
+        let range = legacy_range();
+        let legacy: Vec<Entity> = pager::entities(store, table, METADATA, &range, MAX_PAGE).try_collect().await?;
+        for e in legacy.iter().filter(|e| last_of(e) <= high) {
+            removed += delete_if_unchanged(store, table, e).await? as usize;
         }
         Ok(removed)
+    }
+}
+
+/// The largest `last` of the legacy clock rows (0 when there is none).
+async fn legacy_high(store: &dyn Store, table: &str) -> Result<i64> {
+    let range = legacy_range();
+    let rows = pager::entities(store, table, METADATA, &range, MAX_PAGE);
+    Ok(rows.try_fold(0i64, |m, e| async move { Ok(m.max(last_of(&e))) }).await?)
+}
+
+/// Deletes `e` unless it changed since it was read; `true` when this call removed it.
+async fn delete_if_unchanged(store: &dyn Store, table: &str, e: &Entity) -> Result<bool> {
+    let tag = e.etag.clone().map_or(IfMatch::Any, IfMatch::Etag);
+    match store.delete(table, &e.partition_key, &e.row_key, &tag).await {
+        Ok(()) => Ok(true),
+        Err(StoreError::NotFound(_) | StoreError::PreconditionFailed(_)) => Ok(false),
+        Err(err) => Err(err.into()),
     }
 }
 
@@ -167,5 +233,15 @@ mod tests {
         let slow = Clock::new("q", -3_600_000_000);
         let s = slow.reserve(b, 1);
         assert_eq!(s, b + 1);
+    }
+
+    #[test]
+    fn a_larger_last_sorts_first() {
+        let now = now_micros();
+        let keys = [row_key(now + 1, "b"), row_key(now, "a"), row_key(now, "b"), row_key(1, "a"), row_key(0, "z")];
+        let mut sorted = keys.clone();
+        sorted.sort();
+        assert_eq!(sorted, keys);
+        assert_eq!(row_key(0, "x").len(), 19 + 2);
     }
 }

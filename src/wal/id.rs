@@ -3,7 +3,7 @@
 //! format). Ids sort by time as strings.
 //!
 //! Ids are allocated by [`super::clock`]: a new id's timestamp is above every timestamp any
-//! process has published in its clock row (`metadata/clock-{process}`) and above this
+//! process has published in the WAL table's `clock` partition and above this
 //! process's own last one. So an id allocated after another one was acknowledged is always
 //! larger, whatever the writers' clocks say, and ordering by id is the order writes were
 //! issued in.

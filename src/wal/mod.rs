@@ -7,7 +7,9 @@
 //! - `wal` / `intent:{message}`: marks a queue intent as logged (see [`Wal::append_intent`]).
 //! - `metadata` / `checkpoint`, `checkpoint-wal-01`..: the last applied WAL id of each shard,
 //!   property `datetime` (as the reference) ([`checkpoint`]).
-//! - `metadata` / `clock-{owner}`: the highest id timestamp each process handed out ([`clock`]).
+//! - `clock` / `{inverted last}-{owner}`: the highest id timestamp each process published,
+//!   largest first ([`clock`]). Catalogs from before keep `metadata` / `clock-*` rows, read
+//!   once per process and pruned by the sweeper.
 //! - `metadata` / `lease-wal`, `lease-wal-01`..: the applier lease of each shard ([`lease`]).
 //! - `metadata` / `shards`: the shard count ([`shard`]).
 //! - `metadata` / `schema`: the catalog schema, stored on first use.
