@@ -386,25 +386,19 @@ impl Catalog {
     /// Pending entries, oldest pending age, checkpoint, poison and dead counts, and the
     /// request counts when the catalog has them.
     pub async fn status(&self) -> Result<Status> {
-        let count = self.wal.current_shard_count().await?;
-        let shards = futures::future::try_join_all(ShardId::all(count).map(|s| async move {
-            let (pending, oldest) = self.wal.pending_stats(s).await?;
-            let checkpoint = self.wal.checkpoint(s).await?;
-            Ok::<_, Error>((s, pending, oldest, checkpoint))
-        }))
-        .await?;
-        let oldest = shards.iter().filter_map(|(_, _, o, _)| o.clone()).min();
-        let checkpoint = shards.iter().filter_map(|(_, _, _, c)| c.clone()).max();
+        let backlog = self.wal.backlog().await?;
+        let checkpoints = futures::future::try_join_all(backlog.iter().map(|b| self.wal.checkpoint(b.shard))).await?;
         Ok(Status {
-            pending: shards.iter().map(|(_, n, _, _)| n).sum(),
-            oldest_pending_age_ms: oldest.as_ref().and_then(age_ms),
-            checkpoint: checkpoint.map(|c| c.to_string()),
-            shards: shards
+            pending: backlog.iter().map(|b| b.pending).sum(),
+            oldest_pending_age_ms: crate::wal::oldest_of(&backlog).as_ref().and_then(age_ms),
+            checkpoint: checkpoints.iter().flatten().max().map(|c| c.to_string()),
+            shards: backlog
                 .into_iter()
-                .map(|(s, pending, oldest, checkpoint)| ShardStatus {
-                    shard: s.partition(),
-                    pending,
-                    oldest_pending_age_ms: oldest.as_ref().and_then(age_ms),
+                .zip(checkpoints)
+                .map(|(b, checkpoint)| ShardStatus {
+                    shard: b.shard.partition(),
+                    pending: b.pending,
+                    oldest_pending_age_ms: b.oldest.as_ref().and_then(age_ms),
                     checkpoint: checkpoint.map(|c| c.to_string()),
                 })
                 .collect(),

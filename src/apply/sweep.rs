@@ -78,9 +78,9 @@ impl Applier {
                 None => {}
             }
         }
-        let stats = futures::future::try_join_all(ShardId::all(count).map(|s| self.wal.pending_stats(s))).await?;
-        report.pending = stats.iter().map(|(n, _)| n).sum();
-        let oldest = stats.into_iter().filter_map(|(_, o)| o).min();
+        let backlog = self.wal.backlog().await?;
+        report.pending = backlog.iter().map(|b| b.pending).sum();
+        let oldest = crate::wal::oldest_of(&backlog);
         report.oldest_pending_age_ms = oldest.as_ref().and_then(age_ms);
         let grace_horizon = now_micros() - self.opts.tombstone_grace.as_micros() as i64;
         let horizon = oldest.and_then(|o| o.micros()).map_or(grace_horizon, |o| o.min(grace_horizon));

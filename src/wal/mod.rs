@@ -89,6 +89,22 @@ impl Default for WalOptions {
     }
 }
 
+/// The pending entries of one shard ([`Wal::backlog`]).
+#[derive(Debug, Clone)]
+pub struct ShardBacklog {
+    /// The shard.
+    pub shard: ShardId,
+    /// Entries logged and not yet applied.
+    pub pending: u64,
+    /// The smallest pending id, if any.
+    pub oldest: Option<WalId>,
+}
+
+/// The oldest pending id over shards, if any.
+pub fn oldest_of(backlog: &[ShardBacklog]) -> Option<WalId> {
+    backlog.iter().filter_map(|b| b.oldest.clone()).min()
+}
+
 /// The WAL of one catalog: shards, append, leases, checkpoints.
 pub struct Wal {
     pub(crate) store: Arc<dyn Store>,
@@ -172,6 +188,17 @@ impl Wal {
     pub async fn pending_stats(&self, shard: ShardId) -> Result<(u64, Option<WalId>)> {
         let (count, first) = self.store.count_range(&self.table, &shard.partition(), &pending_range()).await?;
         Ok((count, first.map(WalId::from_stored)))
+    }
+
+    /// Pending entries of every shard of the current count ([`Wal::current_shard_count`]),
+    /// in shard order, read concurrently: one [`Wal::pending_stats`] per shard.
+    pub async fn backlog(&self) -> Result<Vec<ShardBacklog>> {
+        let count = self.current_shard_count().await?;
+        futures::future::try_join_all(ShardId::all(count).map(|shard| async move {
+            let (pending, oldest) = self.pending_stats(shard).await?;
+            Ok(ShardBacklog { shard, pending, oldest })
+        }))
+        .await
     }
 
     /// True while the entry is pending in `shard` (logged and not yet applied).
