@@ -20,7 +20,7 @@ use crate::hinter::Hinter;
 use crate::messages::{self, Message};
 use crate::query::{self, Filter, ResultPage};
 use crate::record::{self, Record};
-use crate::schema::Schema;
+use crate::schema::{RecordKeys, Schema};
 use crate::store::counting::{RequestCounts, RequestSnapshot};
 use crate::store::{Store, StoreError, MAX_PAGE};
 use crate::wal::{Op, ShardId, Wal, WalId, WalOptions};
@@ -195,10 +195,12 @@ impl Catalog {
         &self.applier
     }
 
-    fn check_record(&self, record: &Record) -> Result<()> {
+    /// Validates a record and keys it; an upsert of it goes to the shard of its RowKey.
+    fn check_record(&self, record: &Record) -> Result<(RecordKeys, ShardId)> {
         record::validate(record)?;
-        self.schema().record_keys(record)?;
-        Ok(())
+        let keys = self.schema().record_keys(record)?;
+        let shard = self.applier.shard_of(&keys.row_key);
+        Ok((keys, shard))
     }
 
     /// Adds a record. Fails with [`Error::Conflict`] when a record with the same identity
@@ -206,8 +208,7 @@ impl Catalog {
     /// overwrite. The check is made when the write is logged: two concurrent inserts of the
     /// same identity both succeed and the later one wins.
     pub async fn insert(&self, record: Record, wait: bool) -> Result<Written> {
-        self.check_record(&record)?;
-        let keys = self.schema().record_keys(&record)?;
+        let (keys, shard) = self.check_record(&record)?;
         if let Some((_, pk)) = keys.partitions.first() {
             if let Some(row) = self.store.get(&self.names.table, pk, &keys.row_key).await? {
                 if record::from_entity(&row).is_some() {
@@ -218,13 +219,13 @@ impl Catalog {
                 }
             }
         }
-        self.log(Op::Upsert { record }, wait).await
+        self.log(shard, Op::Upsert { record }, wait).await
     }
 
     /// Stores a record in every index, replacing one with the same identity.
     pub async fn upsert(&self, record: Record, wait: bool) -> Result<Written> {
-        self.check_record(&record)?;
-        self.log(Op::Upsert { record }, wait).await
+        let (_, shard) = self.check_record(&record)?;
+        self.log(shard, Op::Upsert { record }, wait).await
     }
 
     /// Deletes the records matching `filter` (when applied) and stores `record`. Use it to
@@ -232,22 +233,22 @@ impl Catalog {
     pub async fn replace(&self, filter: Filter, record: Record, wait: bool) -> Result<Written> {
         filter.validate(self.schema())?;
         self.check_record(&record)?;
-        self.log(Op::Replace { filter, record }, wait).await
+        self.log(ShardId::ZERO, Op::Replace { filter, record }, wait).await
     }
 
     /// Deletes the records matching `filter` from every index. The filter is resolved when
     /// the entry is applied, so it also deletes matching writes logged before it.
     pub async fn delete(&self, filter: Filter, wait: bool) -> Result<Written> {
         filter.validate(self.schema())?;
-        self.log(Op::Delete { filter }, wait).await
+        self.log(ShardId::ZERO, Op::Delete { filter }, wait).await
     }
 
-    async fn log(&self, op: Op, wait: bool) -> Result<Written> {
+    /// Logs `op` in `shard` (the one [`Applier::route`] gives it).
+    async fn log(&self, shard: ShardId, op: Op, wait: bool) -> Result<Written> {
         let record = match &op {
             Op::Upsert { record } | Op::Replace { record, .. } => Some(record.clone()),
             Op::Delete { .. } => None,
         };
-        let shard = self.applier.route(&op)?;
         let id = self.wal.append(vec![(shard, op)]).await?.remove(0);
         self.hint(shard, &id);
         let applied = if wait { self.wait_applied(shard, &id).await? } else { false };
@@ -263,9 +264,8 @@ impl Catalog {
         let mut slots = Vec::new();
         for (i, record) in records.into_iter().enumerate() {
             match self.check_record(&record) {
-                Ok(()) => {
-                    let op = Op::Upsert { record };
-                    ops.push((self.applier.route(&op)?, op));
+                Ok((_, shard)) => {
+                    ops.push((shard, Op::Upsert { record }));
                     slots.push(i);
                     results.push(Ok(String::new()));
                 }
@@ -426,10 +426,12 @@ impl Catalog {
             Message::Intent(i) => {
                 let op = i.to_op()?;
                 match &op {
-                    Op::Upsert { record } => self.check_record(record)?,
+                    Op::Upsert { record } => {
+                        self.check_record(record)?;
+                    }
                     Op::Replace { filter, record } => {
                         filter.validate(self.schema())?;
-                        self.check_record(record)?
+                        self.check_record(record)?;
                     }
                     Op::Delete { filter } => filter.validate(self.schema())?,
                 }

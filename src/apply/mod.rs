@@ -179,12 +179,15 @@ impl Applier {
     /// behind the barrier. Errors when the record cannot be keyed.
     pub fn route(&self, op: &Op) -> Result<ShardId> {
         match op {
-            Op::Upsert { record } => {
-                let keys = self.schema.record_keys(record)?;
-                Ok(ShardId::for_row_key(&keys.row_key, self.wal.shard_count()))
-            }
+            Op::Upsert { record } => Ok(self.shard_of(&self.schema.record_keys(record)?.row_key)),
             Op::Replace { .. } | Op::Delete { .. } => Ok(ShardId::ZERO),
         }
+    }
+
+    /// The shard an upsert of the record with this RowKey is logged in, over the shard
+    /// count in force in this process.
+    pub fn shard_of(&self, row_key: &str) -> ShardId {
+        ShardId::for_row_key(row_key, self.wal.shard_count())
     }
 
     /// Applies every pending entry of every shard, shards in parallel; each stops at a page
