@@ -40,7 +40,12 @@ param indexKeys string
 @description('Field whose value starts the RowKey (TABLE_CATALOG_ROW_KEY).')
 param rowKey string
 
-@description('Upper bound of Flex Consumption instances (40-1000). Appliers of one WAL shard serialise on a lease, so more instances mostly add lease contention.')
+@description('WAL shards new writes are spread over (TABLE_CATALOG_WAL_SHARDS), 1-64. The catalog keeps the largest count it was ever opened with, so raise it, never lower it. 4 suits up to about 800 writes/s; 8 or 16 above.')
+@minValue(1)
+@maxValue(64)
+param walShards int = 4
+
+@description('Upper bound of Flex Consumption instances (40-1000). Appliers of one WAL shard serialise on its lease, so instances beyond the WAL shard count mostly take writes, not applies.')
 @minValue(40)
 @maxValue(1000)
 param maximumInstanceCount int = 40
@@ -286,6 +291,10 @@ resource functionApp 'Microsoft.Web/sites@2024-04-01' = {
         {
           name: 'TABLE_CATALOG_QUEUE'
           value: applyQueueName
+        }
+        {
+          name: 'TABLE_CATALOG_WAL_SHARDS'
+          value: string(walShards)
         }
       ]
     }

@@ -143,7 +143,7 @@ impl Config {
 
     /// Reads the environment: `TABLE_CATALOG_NAME` (default `catalog`),
     /// `TABLE_CATALOG_INDEX_KEYS`, `TABLE_CATALOG_ROW_KEY`, `TABLE_CATALOG_WAL_NAME`,
-    /// `TABLE_CATALOG_QUEUE`, `TABLE_CATALOG_LOCAL_PATH`, and
+    /// `TABLE_CATALOG_QUEUE`, `TABLE_CATALOG_WAL_SHARDS`, `TABLE_CATALOG_LOCAL_PATH`, and
     /// `AZURE_STORAGE_CONNECTION_STRING` falling back to `AzureWebJobsStorage` (when both are
     /// unset, the embedded store is used).
     pub fn from_env() -> Config {
@@ -152,6 +152,11 @@ impl Config {
         c.row_key = env(settings::ROW_KEY);
         c.wal_name = env(settings::WAL_NAME);
         c.queue = env(settings::QUEUE);
+        if let Some(v) = env(settings::WAL_SHARDS) {
+            // An unparsable count becomes 0, which opening the catalog refuses with the
+            // setting's name and the limit.
+            c.options.wal.shards = v.parse().unwrap_or(0);
+        }
         c.backend = match env(settings::CONNECTION_STRING).or_else(|| env(settings::WEBJOBS_STORAGE)) {
             Some(cs) => Backend::Azure(cs),
             None => Backend::Local(PathBuf::from(env(settings::LOCAL_PATH).unwrap_or_else(|| ".table-catalog".into()))),

@@ -20,6 +20,8 @@ pub const ROW_KEY: &str = "TABLE_CATALOG_ROW_KEY";
 pub const WAL_NAME: &str = "TABLE_CATALOG_WAL_NAME";
 /// Apply queue name setting (also the queue the `apply` function triggers on).
 pub const QUEUE: &str = "TABLE_CATALOG_QUEUE";
+/// WAL shard count setting (see [`crate::wal::shard`]).
+pub const WAL_SHARDS: &str = "TABLE_CATALOG_WAL_SHARDS";
 /// Embedded-store folder setting.
 pub const LOCAL_PATH: &str = "TABLE_CATALOG_LOCAL_PATH";
 /// `serve` listen address setting.
@@ -131,6 +133,17 @@ pub const SETTINGS: &[Setting] = &[
         functions_app: FunctionsApp::AppSetting,
     },
     Setting {
+        name: WAL_SHARDS,
+        default: Some("4"),
+        description: "WAL shards new writes are spread over, 1-64: each has its own WAL \
+                      partition, applier lease and checkpoint, applied in parallel. The catalog \
+                      stores the largest count it was ever opened with and uses that: raising \
+                      it takes effect at once, lowering it has no effect. 4 suits up to about \
+                      800 writes/s on Azure; raise it to 8 or 16 above (docs/BENCHMARKS.md).",
+        used_in: UsedIn::Both,
+        functions_app: FunctionsApp::AppSetting,
+    },
+    Setting {
         name: LOCAL_PATH,
         default: Some(".table-catalog"),
         description: "Folder of the embedded store, used when no storage connection string is \
@@ -224,6 +237,13 @@ pub fn poison_queue_name(queue: &str) -> String {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn the_wal_shards_default_is_the_library_default() {
+        let default = find(WAL_SHARDS).and_then(|s| s.default).map(str::to_string);
+        assert_eq!(default, Some(crate::wal::shard::DEFAULT_SHARDS.to_string()));
+    }
+
     use super::*;
 
     fn none(_: &str) -> Option<String> {

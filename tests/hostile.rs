@@ -1607,6 +1607,7 @@ fn bin() -> Command {
         "TABLE_CATALOG_WAL_NAME",
         "TABLE_CATALOG_QUEUE",
         "TABLE_CATALOG_LOCAL_PATH",
+        "TABLE_CATALOG_WAL_SHARDS",
     ] {
         c.env_remove(var);
     }
@@ -1632,6 +1633,35 @@ fn run_cli(dir: &Path, args: &[&str]) -> Output {
         .args(args)
         .output()
         .expect("the binary runs")
+}
+
+#[test]
+fn a_wal_shard_count_out_of_range_is_refused_naming_the_setting_and_the_limit() {
+    let dir = tempfile::tempdir().unwrap();
+    for bad in ["0", "65", "four"] {
+        let out = run_cli(dir.path(), &["--wal-shards", bad, "status"]);
+        assert!(!out.status.success(), "--wal-shards {bad} was accepted");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("TABLE_CATALOG_WAL_SHARDS") && err.contains("1..=64"), "{bad}: {err}");
+    }
+    assert!(!dir.path().join("store").exists(), "a refused setting wrote nothing");
+    // The flag and the setting (environment) both reach the catalog; the count never goes down.
+    let shards = |out: Output| {
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let status: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        status["shards"].as_array().map(Vec::len)
+    };
+    assert_eq!(shards(run_cli(dir.path(), &["--wal-shards", "8", "status"])), Some(8));
+    let by_env = bin()
+        .env("TABLE_CATALOG_WAL_SHARDS", "16")
+        .args(["--name", "hostile", "--index-keys", "icao,iata,lid", "--row-key", "name", "--durability", "process"])
+        .arg("--local-path")
+        .arg(dir.path().join("store"))
+        .arg("status")
+        .output()
+        .unwrap();
+    assert_eq!(shards(by_env), Some(16));
+    assert_eq!(shards(run_cli(dir.path(), &["--wal-shards", "2", "status"])), Some(16), "lowered");
 }
 
 fn import(dir: &Path, file_name: &str, content: &[u8], extra: &[&str]) -> Output {

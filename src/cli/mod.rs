@@ -11,7 +11,9 @@ use anyhow::Result;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use table_catalog::config::{Backend, Config};
 use table_catalog::schema::Schema;
+use table_catalog::settings;
 use table_catalog::store::local::Durability;
+use table_catalog::wal::shard::{DEFAULT_SHARDS, MAX_SHARDS};
 
 /// TableCatalog: look records up by any of their identifiers, on Azure Table Storage or an
 /// embedded store, with crash-safe multi-index writes.
@@ -30,22 +32,22 @@ pub struct Cli {
 #[derive(Debug, Args)]
 pub struct CatalogArgs {
     /// Catalog table name.
-    #[arg(long, env = "TABLE_CATALOG_NAME", default_value = "catalog", global = true)]
+    #[arg(long, env = settings::NAME, default_value = settings::DEFAULT_NAME, global = true)]
     pub name: String,
     /// Indexed fields, comma-separated (e.g. icao,iata,lid). Optional once the catalog exists.
-    #[arg(long, env = "TABLE_CATALOG_INDEX_KEYS", global = true)]
+    #[arg(long, env = settings::INDEX_KEYS, global = true)]
     pub index_keys: Option<String>,
     /// The field that starts the RowKey (sort order). Optional once the catalog exists.
-    #[arg(long, env = "TABLE_CATALOG_ROW_KEY", global = true)]
+    #[arg(long, env = settings::ROW_KEY, global = true)]
     pub row_key: Option<String>,
     /// WAL table name [default: {name}wal].
-    #[arg(long, env = "TABLE_CATALOG_WAL_NAME", global = true)]
+    #[arg(long, env = settings::WAL_NAME, global = true)]
     pub wal_name: Option<String>,
     /// Apply queue name [default: {name}-apply].
-    #[arg(long, env = "TABLE_CATALOG_QUEUE", global = true)]
+    #[arg(long, env = settings::QUEUE, global = true)]
     pub queue: Option<String>,
     /// Folder of the embedded store.
-    #[arg(long, env = "TABLE_CATALOG_LOCAL_PATH", default_value = ".table-catalog", global = true)]
+    #[arg(long, env = settings::LOCAL_PATH, default_value = ".table-catalog", global = true)]
     pub local_path: PathBuf,
     /// Embedded store durability: `full` fsyncs every commit, `process` survives a killed
     /// process but not an OS crash.
@@ -55,6 +57,19 @@ pub struct CatalogArgs {
     /// once its lease expires.
     #[arg(long, default_value_t = 60, global = true)]
     pub lease_secs: u64,
+    /// WAL shards new writes are spread over (1-64). The catalog keeps the largest count it
+    /// was ever opened with; a smaller value has no effect.
+    #[arg(long, env = settings::WAL_SHARDS, default_value_t = DEFAULT_SHARDS, value_parser = parse_shards, global = true)]
+    pub wal_shards: u16,
+}
+
+/// Parses a WAL shard count (1..=[`MAX_SHARDS`]), naming the setting and the limit on error.
+fn parse_shards(value: &str) -> std::result::Result<u16, String> {
+    let n: u16 = value
+        .trim()
+        .parse()
+        .map_err(|_| format!("{}: '{value}' is not a number of WAL shards (1..={MAX_SHARDS})", settings::WAL_SHARDS))?;
+    table_catalog::wal::shard::check_count(settings::WAL_SHARDS, n).map_err(|e| e.to_string())
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -70,7 +85,7 @@ pub enum Command {
     /// Run the whole system: HTTP API, queue worker and sweeper.
     Serve {
         /// Address to listen on (port 0: any free port; the bound address is printed on stderr).
-        #[arg(long, env = "TABLE_CATALOG_LISTEN", default_value = "127.0.0.1:7071")]
+        #[arg(long, env = settings::LISTEN, default_value = "127.0.0.1:7071")]
         listen: String,
         /// Import this file (CSV or JSON lines) before serving.
         #[arg(long)]
@@ -182,6 +197,7 @@ impl CatalogArgs {
             c.backend = Backend::Local(self.local_path.clone());
         }
         c.options.wal.lease_duration = std::time::Duration::from_secs(self.lease_secs.max(1));
+        c.options.wal.shards = self.wal_shards;
         c.durability = match self.durability {
             DurabilityArg::Full => Durability::Full,
             DurabilityArg::Process => Durability::Process,

@@ -142,7 +142,7 @@ impl Wal {
     /// Creates the WAL table and raises the stored shard count to the configured one
     /// ([`shard::raise_count`]); new entries are then routed over the count in force.
     pub async fn init(&self) -> Result<()> {
-        shard::check_count("shards", self.opts.shards)?;
+        shard::check_count("wal.shards (TABLE_CATALOG_WAL_SHARDS, --wal-shards)", self.opts.shards)?;
         self.store.create_table(&self.table).await?;
         let count = shard::raise_count(self.store.as_ref(), &self.table, self.opts.shards).await?;
         self.shards.store(count, Ordering::Relaxed);
