@@ -14,10 +14,10 @@ use serde::Serialize;
 
 use crate::apply::sweep::{age_ms, SweepReport};
 use crate::apply::{Applier, DrainOutcome};
-use crate::config::Names;
 use crate::error::{Error, Result};
 use crate::hinter::Hinter;
 use crate::messages::{self, Message};
+use crate::names::Names;
 use crate::query::{self, Filter, ResultPage};
 use crate::record::{self, Record};
 use crate::schema::{RecordKeys, Schema};

@@ -1,0 +1,64 @@
+//! The table and queue names of one catalog, checked against Azure's naming rules.
+//!
+//! Its own module so that both the catalog and its configuration can use it without
+//! importing each other: `config` depends on `catalog`, never the reverse.
+
+use crate::error::{Error, Result};
+use crate::settings;
+
+/// Table and queue names of one catalog.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Names {
+    /// Catalog table.
+    pub table: String,
+    /// WAL table (default `{table}wal`).
+    pub wal_table: String,
+    /// Apply queue (default `{table lowercased}-apply`).
+    pub queue: String,
+    /// Poison queue (`{queue}-poison`).
+    pub poison_queue: String,
+}
+
+/// Checks an Azure table name: alphanumeric, 3-63 characters, starting with a letter.
+pub fn validate_table_name(setting: &str, name: &str) -> Result<()> {
+    if crate::store::check_table_name(name).is_ok() {
+        Ok(())
+    } else {
+        Err(Error::Config(format!(
+            "{setting}: '{name}' is not a valid table name (letters and digits, 3-63 characters, starting with a letter)"
+        )))
+    }
+}
+
+/// Checks an Azure queue name: lowercase letters, digits and single dashes, 3-63
+/// characters, starting and ending with a letter or digit. The poison queue adds 7.
+pub fn validate_queue_name(setting: &str, name: &str) -> Result<()> {
+    // The poison queue name adds 7 characters, so 56 is the longest usable name.
+    if name.len() <= 56 && crate::store::check_queue_name(name).is_ok() {
+        Ok(())
+    } else {
+        Err(Error::Config(format!(
+            "{setting}: '{name}' is not a valid queue name (lowercase letters, digits and single dashes, 3-56 characters so that '{name}{}' fits)",
+            settings::POISON_SUFFIX
+        )))
+    }
+}
+
+impl Names {
+    /// Names for catalog `table`, with optional explicit WAL table and queue names.
+    pub fn new(table: &str, wal_table: Option<&str>, queue: Option<&str>) -> Result<Names> {
+        validate_table_name(settings::NAME, table)?;
+        let wal_table = wal_table.map_or_else(|| format!("{table}wal"), String::from);
+        validate_table_name(settings::WAL_NAME, &wal_table)?;
+        if wal_table.eq_ignore_ascii_case(table) {
+            return Err(Error::Config(format!(
+                "{}: the WAL table must differ from the catalog table",
+                settings::WAL_NAME
+            )));
+        }
+        let queue = queue.map_or_else(|| format!("{}-apply", table.to_lowercase()), String::from);
+        validate_queue_name(settings::QUEUE, &queue)?;
+        let poison_queue = format!("{queue}{}", settings::POISON_SUFFIX);
+        Ok(Names { table: table.to_string(), wal_table, queue, poison_queue })
+    }
+}
