@@ -80,7 +80,7 @@ impl Config {
             row_key: None,
             wal_name: None,
             queue: None,
-            backend: Backend::Local(PathBuf::from(".table-catalog")),
+            backend: Backend::Local(PathBuf::from(settings::DEFAULT_LOCAL_PATH)),
             durability: Durability::Full,
             options: CatalogOptions::default(),
         }
@@ -104,7 +104,9 @@ impl Config {
         }
         c.backend = match env(settings::CONNECTION_STRING).or_else(|| env(settings::WEBJOBS_STORAGE)) {
             Some(cs) => Backend::Azure(cs),
-            None => Backend::Local(PathBuf::from(env(settings::LOCAL_PATH).unwrap_or_else(|| ".table-catalog".into()))),
+            None => Backend::Local(PathBuf::from(
+                env(settings::LOCAL_PATH).unwrap_or_else(|| settings::DEFAULT_LOCAL_PATH.into()),
+            )),
         };
         c
     }

@@ -33,6 +33,10 @@ pub const WEBJOBS_STORAGE: &str = "AzureWebJobsStorage";
 /// Port the Functions host assigns to the custom handler.
 pub const CUSTOMHANDLER_PORT: &str = "FUNCTIONS_CUSTOMHANDLER_PORT";
 
+/// Default embedded-store folder.
+pub const DEFAULT_LOCAL_PATH: &str = ".table-catalog";
+/// Default `serve` listen address.
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:7071";
 /// Default catalog table name; the Functions app deploys with it.
 pub const DEFAULT_NAME: &str = "catalog";
 /// Suffix of the poison queue name: the Functions host moves a message that failed
@@ -145,7 +149,7 @@ pub const SETTINGS: &[Setting] = &[
     },
     Setting {
         name: LOCAL_PATH,
-        default: Some(".table-catalog"),
+        default: Some(DEFAULT_LOCAL_PATH),
         description: "Folder of the embedded store, used when no storage connection string is \
                       set. A Functions app always has one, so it leaves this unset.",
         used_in: UsedIn::Both,
@@ -153,7 +157,7 @@ pub const SETTINGS: &[Setting] = &[
     },
     Setting {
         name: LISTEN,
-        default: Some("127.0.0.1:7071"),
+        default: Some(DEFAULT_LISTEN),
         description: "Address `serve` listens on (HTTP API).",
         used_in: UsedIn::Serve,
         functions_app: FunctionsApp::Unset,

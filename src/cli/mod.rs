@@ -47,7 +47,7 @@ pub struct CatalogArgs {
     #[arg(long, env = settings::QUEUE, global = true)]
     pub queue: Option<String>,
     /// Folder of the embedded store.
-    #[arg(long, env = settings::LOCAL_PATH, default_value = ".table-catalog", global = true)]
+    #[arg(long, env = settings::LOCAL_PATH, default_value = settings::DEFAULT_LOCAL_PATH, global = true)]
     pub local_path: PathBuf,
     /// Embedded store durability: `full` fsyncs every commit, `process` survives a killed
     /// process but not an OS crash.
@@ -85,7 +85,7 @@ pub enum Command {
     /// Run the whole system: HTTP API, queue worker and sweeper.
     Serve {
         /// Address to listen on (port 0: any free port; the bound address is printed on stderr).
-        #[arg(long, env = settings::LISTEN, default_value = "127.0.0.1:7071")]
+        #[arg(long, env = settings::LISTEN, default_value = settings::DEFAULT_LISTEN)]
         listen: String,
         /// Import this file (CSV or JSON lines) before serving.
         #[arg(long)]
