@@ -165,3 +165,22 @@ async fn the_clock_partition_holds_one_row_per_process() {
         assert_eq!(rows.len(), 2, "{backend:?}: each publication replaces its process's row: {rows:?}");
     }
 }
+
+#[tokio::test]
+async fn a_one_entity_page_is_the_first_row_in_rowkey_order_whatever_the_insertion_order() {
+    use futures::TryStreamExt;
+    use table_catalog::store::{pager, Entity, RowRange};
+    for backend in common::backends() {
+        let store = common::store(backend);
+        let table = common::unique_name("topone");
+        store.create_table(&table).await.unwrap();
+        for rk in ["5", "9", "1", "7", "3"] {
+            store.upsert(&table, &Entity::new("clock", rk)).await.unwrap();
+        }
+        store.delete(&table, "clock", "1", &table_catalog::store::IfMatch::Any).await.unwrap();
+        store.upsert(&table, &Entity::new("clock", "2")).await.unwrap();
+        let first: Option<Entity> =
+            pager::entities(store.as_ref(), &table, "clock", &RowRange::default(), 1).try_next().await.unwrap();
+        assert_eq!(first.map(|e| e.row_key), Some("2".to_string()), "{backend:?}");
+    }
+}
