@@ -241,14 +241,13 @@ pub fn poison_queue_name(queue: &str) -> String {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
 
     #[test]
     fn the_wal_shards_default_is_the_library_default() {
         let default = find(WAL_SHARDS).and_then(|s| s.default).map(str::to_string);
         assert_eq!(default, Some(crate::wal::shard::DEFAULT_SHARDS.to_string()));
     }
-
-    use super::*;
 
     fn none(_: &str) -> Option<String> {
         None

@@ -23,11 +23,25 @@ async fn open(store: Arc<dyn table_catalog::store::Store>, names: &Names, skew_u
     Catalog::open(store, names.clone(), schema, o).await.unwrap()
 }
 
+/// A fresh store of `backend` and the names of a new catalog on it.
+fn fresh(backend: common::Backend) -> (Arc<dyn table_catalog::store::Store>, Names) {
+    (common::store(backend), Names::new(&common::unique_name("alloc"), None, None).unwrap())
+}
+
+/// The timestamp (µs) of an acknowledged write's WAL id.
+fn micros(id: &str) -> i64 {
+    WalId::parse(id).unwrap().micros().unwrap()
+}
+
+/// Now plus `hours` (negative: ago), in µs, as WAL ids count time.
+fn hours_from_now(hours: i64) -> i64 {
+    table_catalog::wal::id::now_micros() + hours * 3600 * 1_000_000
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_id_issued_after_an_ack_in_another_process_is_larger_whatever_the_clocks() {
     for backend in common::backends() {
-        let store = common::store(backend);
-        let names = Names::new(&common::unique_name("alloc"), None, None).unwrap();
+        let (store, names) = fresh(backend);
         // Three "processes": clocks 10 s ahead, right, and 10 s behind.
         let fast = open(store.clone(), &names, 10_000_000).await;
         let right = open(store.clone(), &names, 0).await;
@@ -46,8 +60,7 @@ async fn an_id_issued_after_an_ack_in_another_process_is_larger_whatever_the_clo
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_appends_get_distinct_ids_in_acknowledgement_order() {
     for backend in common::backends() {
-        let store = common::store(backend);
-        let names = Names::new(&common::unique_name("alloc"), None, None).unwrap();
+        let (store, names) = fresh(backend);
         let a = Arc::new(open(store.clone(), &names, 0).await);
         let b = Arc::new(open(store.clone(), &names, -5_000_000).await);
         // 4 waves of 32 concurrent writes over two processes: every id of a wave is above
@@ -83,12 +96,11 @@ async fn the_sweeper_prunes_clock_rows_of_processes_long_gone_but_never_the_maxi
     use table_catalog::store::{Entity, Value};
     use table_catalog::wal::clock::{row_key, CLOCK};
     for backend in common::backends() {
-        let store = common::store(backend);
-        let names = Names::new(&common::unique_name("alloc"), None, None).unwrap();
+        let (store, names) = fresh(backend);
         let c = open(store.clone(), &names, 0).await;
         c.upsert(rec(1), false).await.unwrap();
-        let two_hours_ago = table_catalog::wal::id::now_micros() - 2 * 3600 * 1_000_000;
-        let tomorrow = table_catalog::wal::id::now_micros() + 24 * 3600 * 1_000_000;
+        let two_hours_ago = hours_from_now(-2);
+        let tomorrow = hours_from_now(24);
         let gone = |owner: &str, last: i64| {
             Entity::new(CLOCK, row_key(last, owner).as_str())
                 .with("last", Value::Int64(last))
@@ -106,10 +118,10 @@ async fn the_sweeper_prunes_clock_rows_of_processes_long_gone_but_never_the_maxi
         );
         // Ids keep going above it, in this process and in a new one.
         let id = c.upsert(rec(2), false).await.unwrap().id;
-        assert!(WalId::parse(&id).unwrap().micros().unwrap() > tomorrow, "{backend:?}: {id}");
+        assert!(micros(&id) > tomorrow, "{backend:?}: {id}");
         let d = open(store.clone(), &names, 0).await;
         let id = d.upsert(rec(3), false).await.unwrap().id;
-        assert!(WalId::parse(&id).unwrap().micros().unwrap() > tomorrow, "{backend:?}: {id}");
+        assert!(micros(&id) > tomorrow, "{backend:?}: {id}");
     }
 }
 
@@ -117,12 +129,11 @@ async fn the_sweeper_prunes_clock_rows_of_processes_long_gone_but_never_the_maxi
 async fn a_catalog_with_legacy_clock_rows_keeps_its_ids_increasing_and_the_sweeper_retires_them() {
     use table_catalog::store::{Entity, Value};
     for backend in common::backends() {
-        let store = common::store(backend);
-        let names = Names::new(&common::unique_name("alloc"), None, None).unwrap();
+        let (store, names) = fresh(backend);
         store.create_table(&names.wal_table).await.unwrap();
         // Rows of the two earlier designs: the single sequencer row and a per-process row,
         // one of them far ahead (a skewed clock).
-        let tomorrow = table_catalog::wal::id::now_micros() + 24 * 3600 * 1_000_000;
+        let tomorrow = hours_from_now(24);
         store
             .upsert(&names.wal_table, &Entity::new("metadata", "clock-wal").with("last", Value::Int64(5)))
             .await
@@ -132,7 +143,7 @@ async fn a_catalog_with_legacy_clock_rows_keeps_its_ids_increasing_and_the_sweep
         store.upsert(&names.wal_table, &ahead).await.unwrap();
         let c = open(store.clone(), &names, 0).await;
         let id = c.upsert(rec(1), false).await.unwrap().id;
-        assert!(WalId::parse(&id).unwrap().micros().unwrap() > tomorrow, "{backend:?}: {id}");
+        assert!(micros(&id) > tomorrow, "{backend:?}: {id}");
         let report = c.sweep().await.unwrap();
         assert_eq!(report.clocks_removed, 2, "{backend:?}: {report:?}");
         for row in ["clock-wal", "clock-p1"] {
@@ -150,8 +161,7 @@ async fn the_clock_partition_holds_one_row_per_process() {
     use futures::TryStreamExt;
     use table_catalog::store::{pager, RowRange};
     for backend in common::backends() {
-        let store = common::store(backend);
-        let names = Names::new(&common::unique_name("alloc"), None, None).unwrap();
+        let (store, names) = fresh(backend);
         let a = open(store.clone(), &names, 0).await;
         let b = open(store.clone(), &names, 0).await;
         for i in 0..10 {

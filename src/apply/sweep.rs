@@ -78,7 +78,7 @@ impl Applier {
                 None => {}
             }
         }
-        let backlog = self.wal.backlog().await?;
+        let backlog = self.wal.backlog_over(count).await?;
         report.pending = backlog.iter().map(|b| b.pending).sum();
         let oldest = crate::wal::oldest_of(&backlog);
         report.oldest_pending_age_ms = oldest.as_ref().and_then(age_ms);

@@ -193,7 +193,11 @@ impl Wal {
     /// Pending entries of every shard of the current count ([`Wal::current_shard_count`]),
     /// in shard order, read concurrently: one [`Wal::pending_stats`] per shard.
     pub async fn backlog(&self) -> Result<Vec<ShardBacklog>> {
-        let count = self.current_shard_count().await?;
+        self.backlog_over(self.current_shard_count().await?).await
+    }
+
+    /// [`Wal::backlog`] of shards `0..count`, for a caller that read the count already.
+    pub async fn backlog_over(&self, count: u16) -> Result<Vec<ShardBacklog>> {
         futures::future::try_join_all(ShardId::all(count).map(|shard| async move {
             let (pending, oldest) = self.pending_stats(shard).await?;
             Ok(ShardBacklog { shard, pending, oldest })
