@@ -78,28 +78,37 @@ enum Kind {
 struct Op {
     kind: Kind,
     issued: u64,
-    /// Logical time the call returned; `u64::MAX` for queue intents (applied whenever consumed).
+    /// Logical time the call returned; `u64::MAX` for queue intents (applied whenever
+    /// consumed) and for failed calls (see [`Op::new`]).
     ended: u64,
     acked: bool,
     /// RowKey (identity) of the record an upsert or replace writes.
     rk: Option<String>,
+    /// The WAL id the write was logged under, when the call returned one (for diagnostics).
+    wal_id: Option<String>,
 }
 
 impl Op {
-    fn new(u: &Universe, kind: Kind, issued: u64, ended: u64, acked: bool) -> Op {
+    /// An operation that failed is indeterminate: a transient error can come after its WAL
+    /// entry was written (a 503 after commit, a timeout), and an id allocated but never
+    /// published orders it after nothing (the order invariant covers acknowledged writes
+    /// only). It may take effect at any time after it was issued, so nothing supersedes it
+    /// (Jepsen's `:info` operations; docs/ARCHITECTURE.md, "Invariants").
+    fn new(u: &Universe, kind: Kind, issued: u64, ended: u64, acked: bool, wal_id: Option<String>) -> Op {
+        let ended = if acked { ended } else { u64::MAX };
         let rk = match &kind {
             Kind::Upsert(r) | Kind::Replace(_, r) => Some(u.row_key(r)),
             Kind::Delete(_) => None,
         };
-        Op { kind, issued, ended, acked, rk }
+        Op { kind, issued, ended, acked, rk, wal_id }
     }
 }
 
 /// Whether a write's result acknowledges it (a timeout does: the write is durable, just not
 /// applied yet); any error but a transient one fails the run.
-fn acknowledged(result: &table_catalog::Result<()>, seed: u64, shards: u16) -> bool {
+fn acknowledged<T>(result: &table_catalog::Result<T>, seed: u64, shards: u16) -> bool {
     match result {
-        Ok(()) => true,
+        Ok(_) => true,
         Err(table_catalog::Error::Timeout(_)) => true,
         Err(e) => {
             assert!(e.is_transient(), "seed {seed} shards {shards}: unexpected error {e}");
@@ -475,15 +484,14 @@ async fn check(backend: common::Backend, run: Run) {
                     for kind in [Kind::Upsert(r), Kind::Delete(f)] {
                         let issued = clock.fetch_add(1, Ordering::SeqCst);
                         let result = match &kind {
-                            Kind::Upsert(r) => c.upsert(r.clone(), false).await.map(|_| ()),
-                            Kind::Delete((k, v)) => {
-                                c2.delete(Filter::new(vec![(k.clone(), v.clone())]), false).await.map(|_| ())
-                            }
+                            Kind::Upsert(r) => c.upsert(r.clone(), false).await,
+                            Kind::Delete((k, v)) => c2.delete(Filter::new(vec![(k.clone(), v.clone())]), false).await,
                             Kind::Replace(..) => unreachable!(),
                         };
                         let ended = clock.fetch_add(1, Ordering::SeqCst);
                         let acked = acknowledged(&result, seed, shards);
-                        history.lock().unwrap().push(Op::new(&u, kind, issued, ended, acked));
+                        let wal_id = result.ok().map(|w| w.id);
+                        history.lock().unwrap().push(Op::new(&u, kind, issued, ended, acked, wal_id));
                     }
                     left -= 2;
                     continue;
@@ -518,37 +526,37 @@ async fn check(backend: common::Backend, run: Run) {
                         let id = format!("dup-{seed}-{client}-{issued}");
                         let a = c.process_message(&text, &id, 1).await;
                         let b = catalogs[rng.gen_range(0..catalogs.len())].process_message(&text, &id, 2).await;
-                        a.and(b).map(|_| ())
+                        a.and(b).map(|_| None)
                     } else {
                         c.store()
                             .put_message(&c.names().queue, &messages::encode(&text), Duration::ZERO)
                             .await
-                            .map(|_| ())
+                            .map(|_| None)
                             .map_err(Into::into)
                     }
                 } else {
-                    match &kind {
+                    let written = match &kind {
                         Kind::Upsert(r) if roll % 5 == 0 => match c.insert(r.clone(), wait).await {
                             Err(table_catalog::Error::Conflict(_)) => {
                                 refused.fetch_add(1, Ordering::Relaxed); // rejected before logging
                                 continue;
                             }
-                            other => other.map(|_| ()),
+                            other => other,
                         },
-                        Kind::Upsert(r) => c.upsert(r.clone(), wait).await.map(|_| ()),
+                        Kind::Upsert(r) => c.upsert(r.clone(), wait).await,
                         Kind::Replace((k, v), r) => {
-                            c.replace(Filter::new(vec![(k.clone(), v.clone())]), r.clone(), wait).await.map(|_| ())
+                            c.replace(Filter::new(vec![(k.clone(), v.clone())]), r.clone(), wait).await
                         }
-                        Kind::Delete((k, v)) => {
-                            c.delete(Filter::new(vec![(k.clone(), v.clone())]), wait).await.map(|_| ())
-                        }
-                    }
+                        Kind::Delete((k, v)) => c.delete(Filter::new(vec![(k.clone(), v.clone())]), wait).await,
+                    };
+                    written.map(|w| Some(w.id))
                 };
                 let ended = clock.fetch_add(1, Ordering::SeqCst);
                 let acked = acknowledged(&result, seed, shards);
                 // An intent that reached the queue is applied whenever it is consumed.
                 let ended = if intent && acked { u64::MAX } else { ended };
-                history.lock().unwrap().push(Op::new(&u, kind, issued, ended, acked));
+                let wal_id = result.ok().flatten();
+                history.lock().unwrap().push(Op::new(&u, kind, issued, ended, acked, wal_id));
             }
         }));
     }
@@ -636,21 +644,32 @@ async fn check(backend: common::Backend, run: Run) {
     for (rk, identity) in &identities {
         let touching: Vec<(&Op, Effect)> =
             history.iter().filter_map(|o| effect(o, rk, identity).map(|e| (o, e))).collect();
-        let maximal: Vec<&(&Op, Effect)> =
-            touching.iter().filter(|(o, _)| !touching.iter().any(|(a, _)| a.acked && a.issued > o.ended)).collect();
-        let mut valid: Vec<Effect> = maximal.iter().map(|(_, e)| e.clone()).collect();
-        if !touching.iter().any(|(o, _)| o.acked) || maximal.iter().all(|(o, _)| !o.acked) {
-            // Only unacknowledged operations could be last: any of them may never have been
-            // logged, so the state before them is possible too.
-            valid.push(Effect::Absent);
-            valid.extend(touching.iter().filter(|(o, _)| o.acked).map(|(_, e)| e.clone()));
-        }
+        let valid = valid_outcomes(&touching);
         let actual = live.get(rk).cloned().map_or(Effect::Absent, Effect::Write);
         if matches!(actual, Effect::Write(_)) {
             checked_writes += 1;
         }
         if !valid.contains(&actual) {
             violations.push(format!("identity {rk}: final {actual:?} is not among {} possible outcomes", valid.len()));
+            // The evidence: every operation touching the identity, and its rows as stored.
+            for (o, e) in &touching {
+                eprintln!(
+                    "  {rk}: issued {} ended {} acked {} wal {:?} effect {} ({})",
+                    o.issued,
+                    o.ended,
+                    o.acked,
+                    o.wal_id,
+                    if matches!(e, Effect::Absent) { "absent" } else { "write" },
+                    match &o.kind {
+                        Kind::Upsert(r) => format!("upsert v={}", r["v"]),
+                        Kind::Replace(f, r) => format!("replace {f:?} v={}", r["v"]),
+                        Kind::Delete(f) => format!("delete {f:?}"),
+                    }
+                );
+            }
+            for row in rows.iter().filter(|e| &e.row_key == rk) {
+                eprintln!("  {rk}: row {} {:?}", row.partition_key, RowMeta::of(row));
+            }
         }
     }
     let stray: BTreeSet<&String> = live.keys().filter(|k| !identities.contains_key(*k)).collect();
@@ -688,6 +707,39 @@ async fn check(backend: common::Backend, run: Run) {
         &audit.regressions[..audit.regressions.len().min(10)]
     );
     assert!(violations.is_empty(), "seed {seed} shards {shards}: {:#?}", &violations[..violations.len().min(10)]);
+}
+
+/// The final states of one record identity that the operations touching it allow: the
+/// effect of any operation that no acknowledged operation issued after it ended supersedes.
+fn valid_outcomes(touching: &[(&Op, Effect)]) -> Vec<Effect> {
+    let maximal: Vec<&(&Op, Effect)> =
+        touching.iter().filter(|(o, _)| !touching.iter().any(|(a, _)| a.acked && a.issued > o.ended)).collect();
+    let mut valid: Vec<Effect> = maximal.iter().map(|(_, e)| e.clone()).collect();
+    if !touching.iter().any(|(o, _)| o.acked) || maximal.iter().all(|(o, _)| !o.acked) {
+        // Only unacknowledged operations could be last: any of them may never have been
+        // logged, so the state before them is possible too.
+        valid.push(Effect::Absent);
+        valid.extend(touching.iter().filter(|(o, _)| o.acked).map(|(_, e)| e.clone()));
+    }
+    valid
+}
+
+/// Seed 13 on Azurite with 16 shards: an upsert failed (a 503 after its WAL entry was
+/// written) before its id was published; a delete issued after the failure, through another
+/// instance, got a smaller id, so the upsert won. That is the contract (a failed write is
+/// indeterminate), and the model must allow it; an acknowledged upsert stays superseded.
+#[test]
+fn a_failed_write_may_take_effect_after_a_later_acknowledged_delete() {
+    let u = Universe::new();
+    let r = u.paired_record(&mut StdRng::seed_from_u64(13), 0);
+    let f = u.filter_matching(&mut StdRng::seed_from_u64(13), &r);
+    let failed = Op::new(&u, Kind::Upsert(r.clone()), 189, 190, false, None);
+    let acked = Op::new(&u, Kind::Upsert(r.clone()), 189, 190, true, None);
+    let delete = Op::new(&u, Kind::Delete(f), 191, 192, true, None);
+    let outcomes = |up: &Op| valid_outcomes(&[(up, Effect::Write(r.clone())), (&delete, Effect::Absent)]);
+    assert!(outcomes(&failed).contains(&Effect::Write(r.clone())));
+    assert!(outcomes(&failed).contains(&Effect::Absent));
+    assert_eq!(outcomes(&acked), vec![Effect::Absent]);
 }
 
 /// Long runs on one backend only: `TC_CHECKER_BACKEND=local` or `azurite`.

@@ -17,6 +17,17 @@
 //! - Writes with ids below F that were not acknowledged when F was issued are concurrent
 //!   with F; applying them after F is a valid order, as in the one-shard WAL.
 //!
+//! One check serves a whole page: a check that passes also reports the other shards' low
+//! watermark L (the smallest pending id among them, or none). Every filter entry of the
+//! same page with an id below L passes without another check. The page was read before the
+//! check, so each such entry F' was logged before it; a write acknowledged before F' was
+//! issued was durable before F' was logged, hence before the check, with an id below F' and
+//! so below L: it was no longer pending at the check, i.e. applied. The argument needs the
+//! page to have been read before the check, so the clearance never outlives its page (an
+//! entry of a later page may have been logged after the check, and a write acknowledged
+//! before it may have been logged after the check too). Without it, a backlog of filter
+//! entries in shard 0 cost one query per other shard each.
+//!
 //! While it waits, the barrier applies the lagging shards itself when their lease is free
 //! (a nested pass, which never waits on a barrier of its own, so there is no cycle), keeps
 //! its own lease renewed, and gives up at the caller's deadline: the filter entry then stays
@@ -35,27 +46,67 @@ use crate::wal::lease::Lease;
 use crate::wal::{ShardId, WalId};
 
 /// Whether a barrier passed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Passed {
-    /// Every other shard is past the id.
-    Yes,
+    /// Every other shard is past the id. `low_watermark` is the smallest pending id of the
+    /// other shards seen by the check that passed (`None`: nothing was pending): a filter
+    /// entry of the same page below it passes too (see the module docs).
+    Yes {
+        /// The other shards' low watermark at the check.
+        low_watermark: Option<WalId>,
+    },
     /// The deadline came first.
     NotYet,
     /// The waiting applier lost its own lease.
     LeaseLost,
 }
 
+/// One barrier check: the shards still behind an id, and the low watermark of them all.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Behind {
+    /// The shards other than the filter entry's whose low watermark is at or below its id.
+    pub shards: Vec<ShardId>,
+    /// The smallest pending id of the other shards (`None`: nothing pending).
+    pub low_watermark: Option<WalId>,
+}
+
+/// What the barrier checks that passed on one page prove for the rest of that page (never
+/// keep it past the page: see the module docs).
+#[derive(Debug, Clone, Default)]
+pub struct PageClearance {
+    /// `Some(low)`: a check passed and saw low watermark `low` (`None`: nothing pending).
+    passed: Option<Option<WalId>>,
+}
+
+impl PageClearance {
+    /// True when a filter entry of this page with this id needs no check of its own.
+    pub fn covers(&self, id: &WalId) -> bool {
+        match &self.passed {
+            None => false,
+            Some(None) => true,
+            Some(Some(low)) => id < low,
+        }
+    }
+
+    /// Records a check that passed on this page.
+    pub fn passed(&mut self, low_watermark: Option<WalId>) {
+        self.passed = Some(low_watermark);
+    }
+}
+
 impl Applier {
-    /// The shards other than `own` whose low watermark is at or below `id` (one request per
-    /// shard, concurrently; the shard count is re-read, so shards added by another process
-    /// are covered).
-    pub async fn shards_behind(&self, own: ShardId, id: &WalId) -> Result<Vec<ShardId>> {
+    /// The shards other than `own` whose low watermark is at or below `id`, and the low
+    /// watermark of all of them (one request per shard, concurrently; the shard count is
+    /// re-read, so shards added by another process are covered).
+    pub async fn shards_behind(&self, own: ShardId, id: &WalId) -> Result<Behind> {
         let count = self.wal.current_shard_count().await?;
-        let checks = ShardId::all(count).filter(|s| *s != own).map(|s| async move {
-            let oldest = self.wal.oldest_pending(s).await?;
-            Ok::<_, crate::Error>(oldest.filter(|o| o <= id).map(|_| s))
-        });
-        Ok(futures::future::try_join_all(checks).await?.into_iter().flatten().collect())
+        let checks = ShardId::all(count)
+            .filter(|s| *s != own)
+            .map(|s| async move { Ok::<_, crate::Error>((s, self.wal.oldest_pending(s).await?)) });
+        let oldest = futures::future::try_join_all(checks).await?;
+        let shards = oldest.iter().filter(|(_, o)| o.as_ref().is_some_and(|o| o <= id)).map(|(s, _)| *s).collect();
+        let low_watermark = oldest.into_iter().filter_map(|(_, o)| o).min();
+        Ok(Behind { shards, low_watermark })
     }
 
     /// Waits until every shard other than `own` has applied every entry below `id` (see the
@@ -76,9 +127,9 @@ impl Applier {
     async fn wait_barrier(&self, own: ShardId, id: &WalId, lease: &mut Lease, deadline: Instant) -> Result<Passed> {
         let mut delay = Duration::from_millis(5);
         loop {
-            let behind = self.shards_behind(own, id).await?;
+            let Behind { shards: behind, low_watermark } = self.shards_behind(own, id).await?;
             if behind.is_empty() {
-                return Ok(Passed::Yes);
+                return Ok(Passed::Yes { low_watermark });
             }
             faults::point("barrier_wait")?;
             tracing::debug!(wal_id = %id, behind = behind.len(), "filter entry waits for the barrier");

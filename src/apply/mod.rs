@@ -301,7 +301,10 @@ impl Applier {
 
     /// Applies entries in order, group by group, each group checkpointed and removed from the
     /// pending partition as soon as it is applied, so a lost lease or a crash never costs more
-    /// than the group in flight. Returns the entries applied and how it ended.
+    /// than the group in flight. Returns the entries applied and how it ended. `entries` is
+    /// one page, read from the store before this call: a barrier check that passes clears
+    /// the filter entries of the page below the low watermark it saw, and only those
+    /// ([`barrier::PageClearance`]).
     async fn apply_entries(
         &self,
         entries: &[WalEntry],
@@ -310,6 +313,7 @@ impl Applier {
         nested: bool,
     ) -> Result<(usize, Flow)> {
         let shard = lease.shard();
+        let mut clearance = barrier::PageClearance::default();
         let mut i = 0;
         while i < entries.len() {
             if !self.wal.keep_lease(lease).await? {
@@ -321,10 +325,12 @@ impl Applier {
                 if nested {
                     return Ok((i, Flow::Stopped));
                 }
-                match self.barrier(shard, &group[0].id, lease, deadline).await? {
-                    barrier::Passed::Yes => {}
-                    barrier::Passed::NotYet => return Ok((i, Flow::Stopped)),
-                    barrier::Passed::LeaseLost => return Ok((i, Flow::LeaseLost)),
+                if !clearance.covers(&group[0].id) {
+                    match self.barrier(shard, &group[0].id, lease, deadline).await? {
+                        barrier::Passed::Yes { low_watermark } => clearance.passed(low_watermark),
+                        barrier::Passed::NotYet => return Ok((i, Flow::Stopped)),
+                        barrier::Passed::LeaseLost => return Ok((i, Flow::LeaseLost)),
+                    }
                 }
             }
             let result = if run > 0 { self.apply_upserts(group).await } else { self.apply_filtered(&group[0]).await };
