@@ -719,6 +719,35 @@ fn functions_doc_covers_every_setting_and_function() {
     }
 }
 
+/// The README's configuration table has a row for every setting, with its literal default,
+/// and no row for a setting that does not exist.
+#[test]
+fn readme_configuration_table_matches_the_settings() {
+    let readme = read("README.md");
+    let section = readme.split("## Configuration").nth(1).expect("README has a Configuration section");
+    let rows: Vec<&str> =
+        section.lines().take_while(|l| !l.starts_with("## ")).filter(|l| l.starts_with("| `")).collect();
+    for s in SETTINGS {
+        let name = format!("`{}`", s.name);
+        let row = rows
+            .iter()
+            .find(|r| r.contains(&name))
+            .unwrap_or_else(|| panic!("README's configuration table has no row for {name}"));
+        if let Some(default) = s.default.filter(|d| !d.contains('{')) {
+            assert!(
+                row.contains(&format!("`{default}")),
+                "README gives {name} another default than `{default}`: {row}"
+            );
+        }
+    }
+    for row in &rows {
+        let first = row.split('|').nth(1).unwrap_or_default();
+        for name in first.split('`').skip(1).step_by(2) {
+            assert!(settings::find(name).is_some(), "README documents {name}, which is not in settings::SETTINGS");
+        }
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // The reader itself
 
