@@ -135,8 +135,8 @@ pub struct Catalog {
     applier: Applier,
     names: Names,
     opts: CatalogOptions,
-    /// Wakes an in-process queue worker when this process logged work.
-    work: tokio::sync::Notify,
+    /// Wakes an in-process queue worker when this process's hinter put a hint on the queue.
+    work: Arc<tokio::sync::Notify>,
     /// Sends apply-queue hints after the acknowledgement.
     hints: Hinter,
     /// Counters of the store's requests, reported by `status`.
@@ -159,8 +159,9 @@ impl Catalog {
         applier.init().await?;
         store.create_queue(&names.queue).await?;
         store.create_queue(&names.poison_queue).await?;
-        let hints = Hinter::new(store.clone(), names.queue.clone());
-        Ok(Catalog { store, wal, applier, names, opts, work: tokio::sync::Notify::new(), hints, requests: None })
+        let work = Arc::new(tokio::sync::Notify::new());
+        let hints = Hinter::new(store.clone(), names.queue.clone(), work.clone());
+        Ok(Catalog { store, wal, applier, names, opts, work, hints, requests: None })
     }
 
     /// Reports `counts` in [`Catalog::status`] (builder style). Pass the counters of the
@@ -291,11 +292,10 @@ impl Catalog {
     }
 
     /// Asks for an apply hint for an entry (sent in the background, coalesced; see
-    /// [`crate::hinter`]) and wakes this process's queue worker. A lost hint only delays
-    /// the entry until the sweeper applies it.
+    /// [`crate::hinter`]; the hinter wakes this process's queue worker once the hint is on
+    /// the queue). A lost hint only delays the entry until the sweeper applies it.
     fn hint(&self, shard: ShardId, id: &WalId) {
         self.hints.hint(shard, id);
-        self.work.notify_one();
     }
 
     /// Waits until every apply hint this catalog asked for was sent (hints go after the
@@ -304,7 +304,8 @@ impl Catalog {
         self.hints.settled().await
     }
 
-    /// Notified when this process enqueued work (lets an in-process worker skip polling).
+    /// Notified when this process put apply hints on the queue (lets an in-process worker
+    /// receive at once instead of waiting for its next poll).
     pub fn work_signal(&self) -> &tokio::sync::Notify {
         &self.work
     }

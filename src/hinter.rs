@@ -21,7 +21,7 @@ use crate::store::Store;
 use crate::wal::{ShardId, WalId};
 
 /// Shortest time between two hints of one process.
-pub const MIN_GAP: Duration = Duration::from_millis(20);
+pub const MIN_GAP: Duration = Duration::from_millis(100);
 
 #[derive(Default)]
 struct State {
@@ -39,16 +39,20 @@ pub struct Hinter {
     state: Arc<Mutex<State>>,
     /// Notified when the sender task stops (nothing left to send).
     idle: Arc<tokio::sync::Notify>,
+    /// Notified after each round of hints reached the queue (wakes an in-process worker).
+    sent: Arc<tokio::sync::Notify>,
 }
 
 impl Hinter {
-    /// A hinter for `queue` (the apply queue).
-    pub fn new(store: Arc<dyn Store>, queue: String) -> Hinter {
+    /// A hinter for `queue` (the apply queue); `sent` is notified after each round of hints
+    /// was put on the queue, so an in-process worker receives them at once.
+    pub fn new(store: Arc<dyn Store>, queue: String, sent: Arc<tokio::sync::Notify>) -> Hinter {
         Hinter {
             store,
             queue,
             state: Arc::new(Mutex::new(State::default())),
             idle: Arc::new(tokio::sync::Notify::new()),
+            sent,
         }
     }
 
@@ -87,6 +91,7 @@ impl Hinter {
                 std::mem::take(&mut st.latest)
             };
             futures::future::join_all(next.iter().map(|(shard, id)| self.send(*shard, id))).await;
+            self.sent.notify_one();
             tokio::time::sleep(MIN_GAP).await;
         }
     }
