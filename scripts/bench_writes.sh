@@ -14,8 +14,9 @@
 # It builds release binaries of REF (exported with `git archive` into a temporary folder, so no
 # git metadata changes) and of the working tree, with
 # the same $CARGO_TARGET_DIR so dependencies build once. Settings (environment): WRITES_CLIENTS
-# (16), WRITES_SECONDS (20), WRITES_SCENARIOS (embedded,azurite1,azurite3), BENCH_OUT (also write
-# the report there). Raw JSON stays in $CARGO_TARGET_DIR/bench-writes/. Nothing here asserts
+# (16), WRITES_SECONDS (20), WRITES_SCENARIOS (embedded,azurite1,azurite3), WRITES_OLD_BIN (a
+# release binary of REF built earlier, instead of building it), BENCH_OUT (also write the report
+# there). Raw JSON stays in $CARGO_TARGET_DIR/bench-writes/. Nothing here asserts
 # on time; the numbers depend on the machine and its load.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -47,14 +48,20 @@ trap cleanup EXIT
 log "building the working tree"
 cargo build --release --quiet
 cp "$target_dir/release/table-catalog" "$work/new"
-log "building $ref ($old_sha) in a temporary folder"
-mkdir -p "$old_tree"
-git archive "$old_sha" | tar -x -C "$old_tree"
-sed -i '0,/^version = .*/s//version = "0.0.0-bench-old"/' "$old_tree/Cargo.toml"
-(cd "$old_tree" && CARGO_TARGET_DIR="$target_dir" cargo build --release --quiet)
-cp "$target_dir/release/table-catalog" "$work/old"
-"$work/old" --version | grep -q bench-old || { echo "bench_writes.sh: the old build did not produce the old binary" >&2; exit 1; }
-cargo build --release --quiet # puts the working tree's binary back in place for other scripts
+if [ -n "${WRITES_OLD_BIN:-}" ]; then
+    # A release binary of REF built earlier (saves a full build on a busy machine).
+    log "using $WRITES_OLD_BIN as the build of $ref ($old_sha)"
+    cp "$WRITES_OLD_BIN" "$work/old"
+else
+    log "building $ref ($old_sha) in a temporary folder"
+    mkdir -p "$old_tree"
+    git archive "$old_sha" | tar -x -C "$old_tree"
+    sed -i '0,/^version = .*/s//version = "0.0.0-bench-old"/' "$old_tree/Cargo.toml"
+    (cd "$old_tree" && CARGO_TARGET_DIR="$target_dir" cargo build --release --quiet)
+    cp "$target_dir/release/table-catalog" "$work/old"
+    "$work/old" --version | grep -q bench-old || { echo "bench_writes.sh: the old build did not produce the old binary" >&2; exit 1; }
+    cargo build --release --quiet # puts the working tree's binary back in place for other scripts
+fi
 new_sha="$(git rev-parse --short=12 HEAD)"
 if [ -n "$(git status --porcelain --untracked-files=no)" ]; then new_sha="$new_sha (+ uncommitted changes)"; fi
 

@@ -23,7 +23,7 @@ use crate::record::{self, Record};
 use crate::schema::{RecordKeys, Schema};
 use crate::store::counting::{RequestCounts, RequestSnapshot};
 use crate::store::{Store, StoreError, MAX_PAGE};
-use crate::wal::{Op, ShardId, Wal, WalId, WalOptions};
+use crate::wal::{DeadPage, Op, ShardId, Wal, WalId, WalOptions};
 
 /// Tunables of a catalog.
 #[derive(Debug, Clone)]
@@ -376,6 +376,38 @@ impl Catalog {
             Some(cp) if id <= cp => Ok(WalState::Applied),
             _ => Err(Error::NotFound(format!("WAL entry {id} is not pending and was never applied"))),
         }
+    }
+
+    /// One page of the WAL's dead entries (entries that can never be applied), with the
+    /// reason each died: at most `limit` (1-1,000), from a continuation token of the previous
+    /// page. See [`crate::apply::dead`].
+    pub async fn dead(&self, limit: usize, continuation: Option<&str>) -> Result<DeadPage> {
+        self.wal.dead_page(limit, continuation).await
+    }
+
+    /// Every dead entry, in id order (a page of 1,000 per request).
+    pub fn dead_entries(&self) -> futures::stream::BoxStream<'_, Result<crate::wal::DeadEntry>> {
+        self.wal.dead_entries()
+    }
+
+    /// Moves dead entry `id` (or every dead entry, when `None`) back to pending, in the shard
+    /// it came from, and hints those shards; the entries then apply like any other, fenced by
+    /// their ids (see [`crate::apply::dead`]). Returns the ids moved. Errors: `id` not a WAL
+    /// id ([`Error::Invalid`]) or not dead ([`Error::NotFound`]).
+    pub async fn redrive(&self, id: Option<&str>) -> Result<Vec<String>> {
+        let id = match id {
+            Some(s) => Some(WalId::parse(s).ok_or_else(|| Error::invalid(format!("id: '{s}' is not a WAL id")))?),
+            None => None,
+        };
+        let moved = self.applier.redrive(id.as_ref()).await?;
+        let mut newest: std::collections::BTreeMap<ShardId, &WalId> = std::collections::BTreeMap::new();
+        for (id, shard) in &moved {
+            newest.insert(*shard, id);
+        }
+        for (shard, id) in newest {
+            self.hint(shard, id);
+        }
+        Ok(moved.into_iter().map(|(id, _)| id.to_string()).collect())
     }
 
     /// Applies every pending entry of every shard now (the `recover` of the product

@@ -42,6 +42,20 @@ impl Error {
         matches!(self, Error::Store(e) if e.is_transient())
     }
 
+    /// True when the failure lies in the input itself, so the same input can never succeed:
+    /// it is invalid or too large, or storage refused it as breaking a service rule (HTTP
+    /// 400, [`StoreError::InvalidInput`]). Transient failures and faults of the environment
+    /// (a missing table, 403, authentication, anything unexpected) are not: they can go away
+    /// while the input stays the same. The apply engine moves an entry to `dead` on input
+    /// faults only and retries everything else (docs/ARCHITECTURE.md, "Dead entries").
+    pub fn is_input_fault(&self) -> bool {
+        match self {
+            Error::Invalid(_) | Error::TooLarge(_) => true,
+            Error::Store(e) => e.is_input_fault(),
+            _ => false,
+        }
+    }
+
     /// Shorthand for [`Error::Invalid`].
     pub fn invalid(msg: impl Into<String>) -> Self {
         Error::Invalid(msg.into())

@@ -313,6 +313,8 @@ const HTTP_FUNCTIONS: &[(&str, &str, &[&str], &str)] = &[
     ("records", "records", &["get", "post", "put", "delete"], "function"),
     ("records_batch", "records/batch", &["post"], "function"),
     ("wal", "wal/{id}", &["get"], "function"),
+    ("wal_dead", "wal/dead", &["get"], "function"),
+    ("wal_redrive", "wal/dead/redrive", &["post"], "function"),
     ("health", "health", &["get"], "anonymous"),
     ("status", "status", &["get"], "function"),
 ];

@@ -21,6 +21,7 @@
 //! to the `dead` partition with the reason, so it never blocks the entries behind it.
 
 pub mod barrier;
+pub mod dead;
 pub mod fanout;
 pub mod filter;
 pub mod row_cache;
@@ -38,7 +39,9 @@ use crate::schema::Schema;
 use crate::store::{pager, BatchOp, Entity, IfMatch, RowRange, Store, StoreError, Value, MAX_BATCH_OPS};
 use crate::wal::entry::FORMAT_VERSION;
 use crate::wal::lease::Lease;
-use crate::wal::{Op, ShardId, Wal, WalEntry, WalOptions, DEAD, METADATA, PENDING_BEFORE};
+use crate::wal::{
+    Op, ShardId, Wal, WalEntry, WalOptions, DEAD, DEAD_AT, DEAD_FROM, DEAD_REASON, METADATA, PENDING_BEFORE,
+};
 
 /// What an apply pass did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -336,9 +339,11 @@ impl Applier {
             let result = if run > 0 { self.apply_upserts(group).await } else { self.apply_filtered(&group[0]).await };
             match result {
                 Ok(()) => {}
-                Err(e) if e.is_transient() => return Err(e),
-                // A permanent failure: find the entry (or entries) that cause it and move them
-                // aside, so the rest of the log keeps flowing.
+                // Transient, or a fault of the environment (a missing table, 403): retried by
+                // the next hint or sweep, never buried.
+                Err(e) if !e.is_input_fault() => return Err(e),
+                // The input's own fault: find the entry (or entries) that cause it and move
+                // them aside, so the rest of the log keeps flowing.
                 Err(e) if group.len() == 1 => {
                     self.bury(&group[0].to_entity(&shard.partition()), &e.to_string()).await?
                 }
@@ -346,7 +351,7 @@ impl Applier {
                     for entry in group {
                         let one = std::slice::from_ref(entry);
                         if let Err(e) = self.apply_upserts(one).await {
-                            if e.is_transient() {
+                            if !e.is_input_fault() {
                                 return Err(e);
                             }
                             self.bury(&entry.to_entity(&shard.partition()), &e.to_string()).await?;
@@ -392,14 +397,16 @@ impl Applier {
     }
 
     /// Moves an entry that can never be applied (as stored in its shard's partition) to the
-    /// `dead` partition, with the reason.
+    /// `dead` partition, with the reason, the shard it came from and the time.
     async fn bury(&self, entry: &Entity, reason: &str) -> Result<()> {
         tracing::error!(wal_id = %entry.row_key, shard = %entry.partition_key, %reason, "WAL entry cannot be applied; moved to the dead partition");
         let table = self.wal.table();
         let mut dead = entry.clone();
         dead.partition_key = DEAD.to_string();
         dead.etag = None;
-        dead.properties.insert("reason".into(), Value::String(reason.chars().take(4000).collect()));
+        dead.properties.insert(DEAD_REASON.into(), Value::String(reason.chars().take(4000).collect()));
+        dead.properties.insert(DEAD_FROM.into(), Value::String(entry.partition_key.clone()));
+        dead.properties.insert(DEAD_AT.into(), Value::Int64(crate::wal::id::now_micros()));
         self.store.upsert(table, &dead).await?;
         match self.store.delete(table, &entry.partition_key, &entry.row_key, &IfMatch::Any).await {
             Ok(()) | Err(StoreError::NotFound(_)) => Ok(()),

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
+use futures::StreamExt;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::Value;
 use table_catalog::apply::DrainOutcome;
@@ -114,6 +115,17 @@ pub async fn run(cli: Cli) -> Result<ExitCode> {
         },
         Command::Status => println!("{}", serde_json::to_string(&catalog.status().await?)?),
         Command::Sweep => println!("{}", serde_json::to_string(&catalog.sweep().await?)?),
+        Command::Dead { limit } => {
+            let mut entries = catalog.dead_entries().take(limit);
+            while let Some(e) = entries.next().await {
+                println!("{}", serde_json::to_string(&e?)?);
+            }
+        }
+        Command::Redrive { id } => {
+            let moved = catalog.redrive(id.as_deref()).await?;
+            let applied = catalog.recover().await?;
+            println!("{}", serde_json::json!({"redriven": moved, "applied": applied.applied()}));
+        }
         Command::Verify => {
             let pending = catalog.status().await?.pending;
             if pending > 0 {

@@ -162,6 +162,20 @@ pub enum Command {
     Sweep,
     /// Walk the whole catalog table and check that every record's index rows agree.
     Verify,
+    /// List the WAL's dead entries (entries that can never be applied), one JSON object per
+    /// line with the reason each died.
+    Dead {
+        /// Most entries to print.
+        #[arg(long, default_value_t = 1000)]
+        limit: usize,
+    },
+    /// Move dead WAL entries back to pending (all, or one with --id), then apply them; each
+    /// keeps its id, so writes acknowledged after it still win.
+    Redrive {
+        /// The WAL id of one dead entry [default: every dead entry].
+        #[arg(long)]
+        id: Option<String>,
+    },
     /// Benchmarks: lookups and writes against running servers, a simulated-Azure scale-out run
     /// (see docs/BENCHMARKS.md).
     Bench(bench::BenchArgs),

@@ -8,7 +8,9 @@
 //! | `GET /api/records?field=value[&field2=value2][&row_from&row_to][&limit&continuation]` | `{records, continuation}` |
 //! | `DELETE /api/records?field=value[&row_from&row_to][&wait=true]` | delete the matching records; 202 `{id}` |
 //! | `POST /api/records/batch[?wait=true]` | upsert a JSON array or JSON lines; one result per input |
-//! | `GET /api/wal/{id}` | `{id, state: pending|applied}` |
+//! | `GET /api/wal/{id}` | `{id, state: pending|applied|dead}` |
+//! | `GET /api/wal/dead[?limit&continuation]` | dead entries with the reason each died |
+//! | `POST /api/wal/dead/redrive[?id=ID]` | move one dead entry (or all) back to pending |
 //! | `GET /api/health`, `GET /api/status` | liveness; pending / oldest age / checkpoint / poison |
 //!
 //! Errors are `{"error": {"code", "message"}}`: 400 bad input, 404, 409, 413 too large,
@@ -59,6 +61,8 @@ pub fn router(catalog: AppState) -> Router {
                 .layer(DefaultBodyLimit::max(MAX_RECORD_BODY)),
         )
         .route("/api/records/batch", post(batch).layer(DefaultBodyLimit::max(MAX_BATCH_BODY)))
+        .route("/api/wal/dead", get(dead_entries))
+        .route("/api/wal/dead/redrive", post(redrive))
         .route("/api/wal/{id}", get(wal_state))
         .route("/api/health", get(|| async { Json(json!({"status": "ok"})) }))
         .route("/api/status", get(status))
@@ -106,6 +110,14 @@ fn params(raw: Option<String>) -> Result<Params, ApiError> {
 impl Params {
     fn filter(&self) -> Filter {
         Filter::new(self.fields.clone()).range(self.row_from.clone(), self.row_to.clone())
+    }
+
+    /// `limit`, or [`DEFAULT_LIMIT`] (the range, 1-1,000, is checked where it is used).
+    fn page_limit(&self) -> Result<usize, ApiError> {
+        match &self.limit {
+            None => Ok(DEFAULT_LIMIT),
+            Some(l) => l.parse().map_err(|_| ApiError::bad_request(format!("limit: '{l}' is not a number (1..=1000)"))),
+        }
     }
 }
 
@@ -180,11 +192,7 @@ async fn replace_records(
 
 async fn query_records(State(c): State<AppState>, RawQuery(q): RawQuery) -> Result<Response, ApiError> {
     let p = params(q)?;
-    let limit = match &p.limit {
-        None => DEFAULT_LIMIT,
-        Some(l) => l.parse().map_err(|_| ApiError::bad_request(format!("limit: '{l}' is not a number (1..=1000)")))?,
-    };
-    let page = c.query(&p.filter(), limit, p.continuation.as_deref()).await?;
+    let page = c.query(&p.filter(), p.page_limit()?, p.continuation.as_deref()).await?;
     let records: Vec<Record> = page.records.into_iter().map(|f| f.record).collect();
     Ok(Json(json!({"records": records, "continuation": page.continuation})).into_response())
 }
@@ -268,6 +276,37 @@ async fn batch(
 async fn wal_state(State(c): State<AppState>, Path(id): Path<String>) -> Result<Response, ApiError> {
     let state = c.wal_state(&id).await?;
     Ok(Json(json!({"id": id, "state": state})).into_response())
+}
+
+/// `GET /api/wal/dead[?limit&continuation]`: `{entries: [{id, op, shard, reason,
+/// died_at_us}], continuation}`.
+async fn dead_entries(State(c): State<AppState>, RawQuery(q): RawQuery) -> Result<Response, ApiError> {
+    let p = params(q)?;
+    if let Some((k, _)) = p.fields.first() {
+        return Err(ApiError::bad_request(format!(
+            "{k}: unknown parameter (GET /api/wal/dead takes limit, continuation)"
+        )));
+    }
+    Ok(Json(c.dead(p.page_limit()?, p.continuation.as_deref()).await?).into_response())
+}
+
+/// `POST /api/wal/dead/redrive[?id=ID]`: moves one dead entry (or all) back to pending;
+/// `{redriven: [ids]}`.
+async fn redrive(State(c): State<AppState>, RawQuery(q): RawQuery) -> Result<Response, ApiError> {
+    let mut id = None;
+    for (k, v) in form_urlencoded::parse(q.unwrap_or_default().as_bytes()) {
+        match k.as_ref() {
+            "id" => id = Some(v.into_owned()),
+            "code" => {}
+            other => {
+                return Err(ApiError::bad_request(format!(
+                    "{other}: unknown parameter (POST /api/wal/dead/redrive takes id)"
+                )))
+            }
+        }
+    }
+    let moved = c.redrive(id.as_deref()).await?;
+    Ok(Json(json!({"redriven": moved})).into_response())
 }
 
 async fn status(State(c): State<AppState>) -> Result<Response, ApiError> {

@@ -103,6 +103,16 @@ impl StoreError {
             _ => false,
         }
     }
+
+    /// True when the request itself broke a service rule (HTTP 400), so sending it again
+    /// can never succeed; see [`crate::Error::is_input_fault`].
+    pub fn is_input_fault(&self) -> bool {
+        match self {
+            StoreError::InvalidInput(_) => true,
+            StoreError::BatchFailed { source, .. } => source.is_input_fault(),
+            _ => false,
+        }
+    }
 }
 
 /// Result of a storage call.
