@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
+use crate::apply::catch_up::CaughtUp;
 use crate::apply::sweep::{age_ms, SweepReport};
 use crate::apply::{Applier, DrainOutcome};
 use crate::error::{Error, Result};
@@ -37,6 +38,9 @@ pub struct CatalogOptions {
     /// Deliveries of a failing queue message before it goes to the poison queue (the
     /// Functions default, host.json `maxDequeueCount`, is 5).
     pub max_dequeue_count: u32,
+    /// Longest a consistent read ([`Catalog::query_consistent`]) applies pending entries
+    /// before it gives up with [`Error::Busy`].
+    pub consistent_timeout: Duration,
 }
 
 impl Default for CatalogOptions {
@@ -46,6 +50,7 @@ impl Default for CatalogOptions {
             wait_timeout: Duration::from_secs(30),
             sweep_apply_after: Duration::from_secs(30),
             max_dequeue_count: 5,
+            consistent_timeout: Duration::from_secs(2),
         }
     }
 }
@@ -347,6 +352,40 @@ impl Catalog {
             return Err(Error::invalid(format!("limit: {limit} is out of range 1..={MAX_PAGE}")));
         }
         query::query_page(self.store.as_ref(), &self.names.table, filter, limit, continuation).await
+    }
+
+    /// Read-your-writes: [`Catalog::query`], after every write acknowledged before this call
+    /// (through any process) was applied; see [`crate::apply::catch_up`] for the argument.
+    /// With nothing pending it costs one request per WAL shard (concurrently) before the
+    /// query. [`Error::Busy`] (HTTP 503 with `Retry-After`) when more than
+    /// [`crate::apply::catch_up::MAX_CATCH_UP`] entries are pending, or when they are not
+    /// applied within [`CatalogOptions::consistent_timeout`]; it never answers from a catalog
+    /// that has not caught up.
+    pub async fn query_consistent(
+        &self,
+        filter: &Filter,
+        limit: usize,
+        continuation: Option<&str>,
+    ) -> Result<ResultPage> {
+        filter.validate(self.schema())?;
+        let deadline = Instant::now() + self.opts.consistent_timeout;
+        match self.applier.catch_up(deadline).await? {
+            CaughtUp::Yes => self.query(filter, limit, continuation).await,
+            CaughtUp::Backlog { pending } => Err(Error::Busy {
+                message: format!(
+                    "consistent: {pending} WAL entries are still to be applied (at most {} are applied for a consistent read); retry later, or read without consistent=true",
+                    crate::apply::catch_up::MAX_CATCH_UP
+                ),
+                retry_after_secs: (pending / 500).clamp(1, 60),
+            }),
+            CaughtUp::NotYet => Err(Error::Busy {
+                message: format!(
+                    "consistent: the writes acknowledged before this read were not all applied within {:?}; retry later",
+                    self.opts.consistent_timeout
+                ),
+                retry_after_secs: 1,
+            }),
+        }
     }
 
     /// Every record matching `filter`.

@@ -31,6 +31,15 @@ pub enum Error {
     /// A blocking wait ended before the write was applied; the write stays durable.
     #[error("{0}")]
     Timeout(String),
+    /// The request cannot be answered as asked right now (a consistent read with a backlog
+    /// to apply first); retry after `retry_after_secs`. Nothing was written.
+    #[error("{message}")]
+    Busy {
+        /// What is in the way.
+        message: String,
+        /// Seconds to wait before retrying (HTTP `Retry-After`).
+        retry_after_secs: u64,
+    },
     /// The storage backend failed.
     #[error(transparent)]
     Store(#[from] StoreError),

@@ -13,6 +13,12 @@
 //!   acknowledged write that nothing later touched must be there, with its payload);
 //! - nothing pending, nothing dead, nothing poisoned, queue drained.
 //!
+//! Consistent reads (read-your-writes): after a fifth of its acknowledged upserts a client
+//! reads the record back with `query_consistent` through a random instance; the answer must
+//! be a state that the operations issued before the read ended allow, counting as
+//! acknowledged only those acknowledged before the read began. With the catch-up removed
+//! (`Applier::catch_up` answering at once) seeds 1 and 2 fail (docs/RELIABILITY.md).
+//!
 //! While the run goes on, an auditor scans the catalog table over and over and checks that
 //! no row's WAL id ever goes back (fencing: an applier whose lease expired while it was
 //! frozen cannot overwrite a newer entry's write). A stale overwrite is usually repaired by
@@ -59,6 +65,17 @@ use table_catalog::wal::id::{format_micros, now_micros};
 use table_catalog::wal::ShardId;
 
 const INDEX: [&str; 3] = ["icao", "iata", "lid"];
+
+/// A consistent read of one record identity (by its ICAO code) and what it returned for it
+/// (`Some(None)`: absent; `None`: refused as busy or failed, nothing to check).
+#[derive(Debug, Clone)]
+struct Read {
+    rk: String,
+    identity: Record,
+    issued: u64,
+    ended: u64,
+    found: Option<Option<Record>>,
+}
 
 /// What an operation does to one record identity.
 #[derive(Debug, Clone, PartialEq)]
@@ -269,6 +286,8 @@ async fn open_instance(
     o.wal.tombstone_grace = Duration::from_secs(10);
     o.wal.clock_skew_us = skew_us;
     o.wait_timeout = Duration::from_secs(5);
+    // Freezes and lease hogs hold shards for seconds: a consistent read waits them out.
+    o.consistent_timeout = Duration::from_secs(8);
     o.sweep_apply_after = Duration::from_millis(300);
     o.max_dequeue_count = 1000; // no poison: every failure here is transient
     Arc::new(Catalog::open(store, names.clone(), schema.clone(), o).await.unwrap())
@@ -440,6 +459,7 @@ async fn check(backend: common::Backend, run: Run) {
     let clock = Arc::new(AtomicU64::new(1));
     let history: Arc<Mutex<Vec<Op>>> = Arc::new(Mutex::new(Vec::new()));
     let refused = Arc::new(AtomicU64::new(0));
+    let reads: Arc<Mutex<Vec<Read>>> = Arc::new(Mutex::new(Vec::new()));
     let progress = {
         let history = history.clone();
         let mut stop = stop_rx.clone();
@@ -463,11 +483,13 @@ async fn check(backend: common::Backend, run: Run) {
     };
     let mut tasks = Vec::new();
     for client in 0..clients {
-        let (u, clock, history, catalogs, refused) =
-            (u.clone(), clock.clone(), history.clone(), catalogs.clone(), refused.clone());
+        let (u, clock, history, catalogs, refused, reads) =
+            (u.clone(), clock.clone(), history.clone(), catalogs.clone(), refused.clone(), reads.clone());
         let n = ops / clients + usize::from(client < ops % clients);
         tasks.push(tokio::spawn(async move {
             let mut rng = StdRng::seed_from_u64(seed ^ (client as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15));
+            // Reads draw from their own stream, so the operations of a seed stay the same.
+            let mut read_rng = StdRng::seed_from_u64(!seed ^ (client as u64 + 1).wrapping_mul(0x2545_F491_4F6C_DD1D));
             let mut left = n;
             while left > 0 {
                 let c = &catalogs[rng.gen_range(0..catalogs.len())];
@@ -556,7 +578,30 @@ async fn check(backend: common::Backend, run: Run) {
                 // An intent that reached the queue is applied whenever it is consumed.
                 let ended = if intent && acked { u64::MAX } else { ended };
                 let wal_id = result.ok().flatten();
+                let read_after = match (&kind, acked && !intent && read_rng.gen_bool(0.2)) {
+                    (Kind::Upsert(r), true) => Some(r.clone()),
+                    _ => None,
+                };
                 history.lock().unwrap().push(Op::new(&u, kind, issued, ended, acked, wal_id));
+                if let Some(r) = read_after {
+                    // A consistent read of the record just written, through any instance.
+                    let c = &catalogs[read_rng.gen_range(0..catalogs.len())];
+                    let rk = u.row_key(&r);
+                    let filter = Filter::new(vec![("icao".into(), r["icao"].as_str().unwrap_or_default().into())]);
+                    let issued = clock.fetch_add(1, Ordering::SeqCst);
+                    let result = c.query_consistent(&filter, 1000, None).await;
+                    let ended = clock.fetch_add(1, Ordering::SeqCst);
+                    let found = match result {
+                        Ok(page) => Some(page.records.into_iter().map(|f| f.record).find(|rec| u.row_key(rec) == rk)),
+                        // Refused (a backlog, or not caught up in time): no answer to check.
+                        Err(table_catalog::Error::Busy { .. }) => None,
+                        Err(e) => {
+                            assert!(e.is_transient(), "seed {seed} shards {shards}: consistent read: {e}");
+                            None
+                        }
+                    };
+                    reads.lock().unwrap().push(Read { rk, identity: r, issued, ended, found });
+                }
             }
         }));
     }
@@ -672,6 +717,32 @@ async fn check(backend: common::Backend, run: Run) {
             }
         }
     }
+    // Read-your-writes: each consistent read returned a state that the operations issued
+    // before it ended allow, counting as acknowledged only those acknowledged before it began
+    // (later ones were concurrent with it and may or may not show).
+    let reads = reads.lock().unwrap().clone();
+    let answered = reads.iter().filter(|r| r.found.is_some()).count();
+    for read in &reads {
+        let Some(found) = &read.found else { continue };
+        let identity = identities.get(&read.rk).unwrap_or(&read.identity);
+        let before: Vec<Op> = history
+            .iter()
+            .filter(|o| o.issued < read.ended)
+            .map(|o| {
+                let acked = o.acked && o.ended < read.issued;
+                Op { acked, ended: if acked { o.ended } else { u64::MAX }, ..o.clone() }
+            })
+            .collect();
+        let touching: Vec<(&Op, Effect)> =
+            before.iter().filter_map(|o| effect(o, &read.rk, identity).map(|e| (o, e))).collect();
+        let actual = found.clone().map_or(Effect::Absent, Effect::Write);
+        if !valid_outcomes(&touching).contains(&actual) {
+            violations.push(format!(
+                "consistent read of {} (issued {}, ended {}) returned {actual:?}, not a state the writes acknowledged before it allow",
+                read.rk, read.issued, read.ended
+            ));
+        }
+    }
     let stray: BTreeSet<&String> = live.keys().filter(|k| !identities.contains_key(*k)).collect();
     assert!(stray.is_empty(), "seed {seed} shards {shards}: records nobody wrote: {stray:?}");
     let (calls, injected): (u64, u64) = faulty.iter().map(|f| f.counts()).fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1));
@@ -679,13 +750,15 @@ async fn check(backend: common::Backend, run: Run) {
     eprintln!(
         "checker {backend:?} seed {seed} shards {shards}: {} ops issued, {} writes checked ({} acknowledged) by {clients} clients on \
          {instances} instances in {issued_secs:.1} s; {calls} storage calls, {injected} faults injected; {} identities, {checked_writes} live, {} rows; \
-         {} audit scans; {} violations",
+         {} audit scans; {} consistent reads ({} answered, the rest refused as busy or failed); {} violations",
         history.len() as u64 + refused.load(Ordering::Relaxed),
         history.len(),
         history.iter().filter(|o| o.acked).count(),
         identities.len(),
         rows.len(),
         audit.scans,
+        reads.len(),
+        answered,
         violations.len() + audit.regressions.len()
     );
     eprintln!(

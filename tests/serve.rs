@@ -2,11 +2,11 @@
 //! in the background, and a clean exit on SIGTERM.
 #![cfg(unix)]
 
-use std::process::Stdio;
+mod common;
+
 use std::time::Duration;
 
 use serde_json::{json, Value};
-use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::Command;
 
 /// Longest wait for each state below; only a broken or hung server reaches it.
@@ -30,32 +30,14 @@ async fn serve_applies_in_the_background_and_stops_cleanly_on_sigterm() {
     let dir = tempfile::tempdir().unwrap();
     // Port 0: the OS picks a free port and serve prints it (a port probed free and then
     // released could be taken by another process before serve binds it).
-    let mut child = Command::new(env!("CARGO_BIN_EXE_table-catalog"))
-        .env_remove("AZURE_STORAGE_CONNECTION_STRING")
-        .env_remove("AzureWebJobsStorage")
-        .env("RUST_LOG", "warn")
-        .args(["--name", "served", "--index-keys", "icao,iata,lid", "--row-key", "name", "--local-path"])
-        .arg(dir.path())
-        .args(["serve", "--listen", "127.0.0.1:0"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let mut stderr = BufReader::new(child.stderr.take().unwrap()).lines();
-    let find_address = async {
-        while let Some(line) = stderr.next_line().await.unwrap() {
-            if let Some(rest) = line.split_once("listening on http://").map(|(_, r)| r) {
-                return rest.split_whitespace().next().unwrap_or_default().to_string();
-            }
-        }
-        panic!("serve exited without printing its address");
-    };
-    let address = tokio::time::timeout(DEADLINE, find_address).await.expect("serve prints its address");
-    // Keep reading so a chatty server never blocks on a full pipe.
-    let drain = tokio::spawn(async move { while let Ok(Some(_)) = stderr.next_line().await {} });
-    let base = format!("http://{address}");
+    let path = dir.path().to_str().unwrap();
+    let served = common::serve::start(
+        &["--name", "served", "--index-keys", "icao,iata,lid", "--row-key", "name", "--local-path", path],
+        &[],
+    )
+    .await;
+    let (mut child, drain) = (served.child, served.drain);
+    let base = served.base;
     let client = reqwest::Client::new();
     let health = client.get(format!("{base}/api/health")).send().await.unwrap();
     assert!(health.status().is_success(), "{}", health.status());

@@ -21,6 +21,7 @@
 //! to the `dead` partition with the reason, so it never blocks the entries behind it.
 
 pub mod barrier;
+pub mod catch_up;
 pub mod dead;
 pub mod fanout;
 pub mod filter;

@@ -18,12 +18,19 @@ pub struct ApiError {
     pub code: &'static str,
     /// Human-readable message.
     pub message: String,
+    /// Seconds for a `Retry-After` header (503 `busy`).
+    pub retry_after_secs: Option<u64>,
 }
 
 impl ApiError {
     /// A 400 with this message.
     pub fn bad_request(message: impl Into<String>) -> ApiError {
-        ApiError { status: StatusCode::BAD_REQUEST, code: "invalid_input", message: message.into() }
+        ApiError {
+            status: StatusCode::BAD_REQUEST,
+            code: "invalid_input",
+            message: message.into(),
+            retry_after_secs: None,
+        }
     }
 
     /// A 415 for a body that is not JSON.
@@ -34,6 +41,7 @@ impl ApiError {
             message: format!(
                 "content type '{got}' is not supported; send application/json (or application/x-ndjson for batches)"
             ),
+            retry_after_secs: None,
         }
     }
 
@@ -43,6 +51,7 @@ impl ApiError {
             status: StatusCode::PAYLOAD_TOO_LARGE,
             code: "too_large",
             message: format!("request body is over the limit of {limit} bytes"),
+            retry_after_secs: None,
         }
     }
 }
@@ -56,6 +65,7 @@ impl From<Error> for ApiError {
             Error::Conflict(_) => (StatusCode::CONFLICT, "conflict"),
             Error::SchemaMismatch(_) => (StatusCode::CONFLICT, "schema_mismatch"),
             Error::Timeout(_) => (StatusCode::GATEWAY_TIMEOUT, "timeout"),
+            Error::Busy { .. } => (StatusCode::SERVICE_UNAVAILABLE, "busy"),
             Error::Store(s) if s.is_transient() => (StatusCode::SERVICE_UNAVAILABLE, "storage_unavailable"),
             _ => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
         };
@@ -65,12 +75,20 @@ impl From<Error> for ApiError {
         } else {
             e.to_string()
         };
-        ApiError { status, code, message }
+        let retry_after_secs = match &e {
+            Error::Busy { retry_after_secs, .. } => Some(*retry_after_secs),
+            _ => None,
+        };
+        ApiError { status, code, message, retry_after_secs }
     }
 }
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        (self.status, Json(json!({"error": {"code": self.code, "message": self.message}}))).into_response()
+        let body = Json(json!({"error": {"code": self.code, "message": self.message}}));
+        match self.retry_after_secs {
+            Some(secs) => (self.status, [(axum::http::header::RETRY_AFTER, secs.to_string())], body).into_response(),
+            None => (self.status, body).into_response(),
+        }
     }
 }

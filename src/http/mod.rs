@@ -5,7 +5,7 @@
 //! |---|---|
 //! | `POST /api/records[?wait=true][&upsert=true]` | insert one record (body: JSON object); 202, or 201 when applied (`wait`) |
 //! | `PUT /api/records?field=value[&row_from=..&row_to=..][&wait=true]` | replace the matching records with the body; without a filter, upsert |
-//! | `GET /api/records?field=value[&field2=value2][&row_from&row_to][&limit&continuation]` | `{records, continuation}` |
+//! | `GET /api/records?field=value[&field2=value2][&row_from&row_to][&limit&continuation][&consistent=true]` | `{records, continuation}`; `consistent`: every write acknowledged before the request is included (503 + `Retry-After` when a backlog is in the way) |
 //! | `DELETE /api/records?field=value[&row_from&row_to][&wait=true]` | delete the matching records; 202 `{id}` |
 //! | `POST /api/records/batch[?wait=true]` | upsert a JSON array or JSON lines; one result per input |
 //! | `GET /api/wal/{id}` | `{id, state: pending|applied|dead}` |
@@ -43,7 +43,7 @@ pub const MAX_BATCH_BODY: usize = 32 * 1024 * 1024;
 pub const DEFAULT_LIMIT: usize = 100;
 
 /// Query parameters that are not filter fields. `code` is the Functions key.
-const RESERVED: [&str; 7] = ["wait", "limit", "continuation", "row_from", "row_to", "upsert", "code"];
+const RESERVED: [&str; 8] = ["wait", "limit", "continuation", "row_from", "row_to", "upsert", "consistent", "code"];
 
 /// Shared state of the handlers.
 pub type AppState = Arc<Catalog>;
@@ -75,6 +75,7 @@ struct Params {
     fields: Vec<(String, String)>,
     wait: bool,
     upsert: bool,
+    consistent: bool,
     limit: Option<String>,
     continuation: Option<String>,
     row_from: Option<String>,
@@ -96,6 +97,7 @@ fn params(raw: Option<String>) -> Result<Params, ApiError> {
         match k.as_str() {
             "wait" => p.wait = flag("wait", &v)?,
             "upsert" => p.upsert = flag("upsert", &v)?,
+            "consistent" => p.consistent = flag("consistent", &v)?,
             "limit" => p.limit = Some(v),
             "continuation" => p.continuation = Some(v),
             "row_from" => p.row_from = Some(v),
@@ -192,7 +194,12 @@ async fn replace_records(
 
 async fn query_records(State(c): State<AppState>, RawQuery(q): RawQuery) -> Result<Response, ApiError> {
     let p = params(q)?;
-    let page = c.query(&p.filter(), p.page_limit()?, p.continuation.as_deref()).await?;
+    let (filter, limit, token) = (p.filter(), p.page_limit()?, p.continuation.as_deref());
+    let page = if p.consistent {
+        c.query_consistent(&filter, limit, token).await?
+    } else {
+        c.query(&filter, limit, token).await?
+    };
     let records: Vec<Record> = page.records.into_iter().map(|f| f.record).collect();
     Ok(Json(json!({"records": records, "continuation": page.continuation})).into_response())
 }

@@ -185,6 +185,12 @@ impl Wal {
         Ok(self.store.query_partition(&self.table, &shard.partition(), &pending_range(), limit, None).await?.entities)
     }
 
+    /// The id clock's high-water mark, in µs: every id published by any process (every
+    /// acknowledged write's id) is at or below it. One request ([`clock::Clock::high_water`]).
+    pub async fn high_water(&self) -> Result<i64> {
+        self.appender.clock.high_water(self.store.as_ref(), &self.table).await
+    }
+
     /// The oldest pending id of `shard`, if any (one request).
     pub async fn oldest_pending(&self, shard: ShardId) -> Result<Option<WalId>> {
         Ok(self.pending_page(shard, 1).await?.first().map(|e| WalId::from_stored(e.row_key.clone())))

@@ -1,0 +1,52 @@
+//! `table-catalog serve` as a child process: started on a port the OS picks (`--listen
+//! 127.0.0.1:0`; serve prints the address it bound), its stderr drained so it never blocks.
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+
+/// Longest wait for serve to print its address.
+const START: Duration = Duration::from_secs(60);
+
+/// A running `serve`.
+pub struct Served {
+    /// The process (killed when dropped).
+    pub child: Child,
+    /// `http://127.0.0.1:PORT`.
+    pub base: String,
+    /// Reads stderr until the process ends.
+    pub drain: tokio::task::JoinHandle<()>,
+}
+
+/// Starts `table-catalog {global} serve --listen 127.0.0.1:0` with `env` added (and, unless
+/// `env` sets them, no connection string: the embedded store under `--local-path`).
+pub async fn start(global: &[&str], env: &[(&str, &str)]) -> Served {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_table-catalog"));
+    cmd.env_remove("AZURE_STORAGE_CONNECTION_STRING").env_remove("AzureWebJobsStorage").env("RUST_LOG", "warn");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let mut child = cmd
+        .args(global)
+        .args(["serve", "--listen", "127.0.0.1:0"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("spawn table-catalog serve");
+    let mut stderr = BufReader::new(child.stderr.take().expect("piped stderr")).lines();
+    let find_address = async {
+        while let Ok(Some(line)) = stderr.next_line().await {
+            if let Some(rest) = line.split_once("listening on http://").map(|(_, r)| r) {
+                return rest.split_whitespace().next().unwrap_or_default().to_string();
+            }
+        }
+        panic!("serve exited without printing its address");
+    };
+    let address = tokio::time::timeout(START, find_address).await.expect("serve prints its address");
+    let drain = tokio::spawn(async move { while let Ok(Some(_)) = stderr.next_line().await {} });
+    Served { child, base: format!("http://{address}"), drain }
+}
