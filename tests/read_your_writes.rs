@@ -93,7 +93,7 @@ async fn a_consistent_lookup_returns_every_write_acknowledged_before_it_through_
     let mut served = Vec::new();
     for _ in 0..PROCESSES {
         let global = ["--name", name.as_str(), "--index-keys", "icao,iata,lid", "--row-key", "name"];
-        served.push(common::serve::start(&global, &[("AZURE_STORAGE_CONNECTION_STRING", cs.as_str())]).await);
+        served.push(common::serve::start(&global, &[], &[("AZURE_STORAGE_CONNECTION_STRING", cs.as_str())]).await);
     }
     let bases = Arc::new(served.iter().map(|s| s.base.clone()).collect::<Vec<_>>());
 

@@ -34,6 +34,7 @@ async fn serve_applies_in_the_background_and_stops_cleanly_on_sigterm() {
     let served = common::serve::start(
         &["--name", "served", "--index-keys", "icao,iata,lid", "--row-key", "name", "--local-path", path],
         &[],
+        &[],
     )
     .await;
     let (mut child, drain) = (served.child, served.drain);

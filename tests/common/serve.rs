@@ -20,9 +20,9 @@ pub struct Served {
     pub drain: tokio::task::JoinHandle<()>,
 }
 
-/// Starts `table-catalog {global} serve --listen 127.0.0.1:0` with `env` added (and, unless
-/// `env` sets them, no connection string: the embedded store under `--local-path`).
-pub async fn start(global: &[&str], env: &[(&str, &str)]) -> Served {
+/// Starts `table-catalog {global} serve --listen 127.0.0.1:0 {serve}` with `env` added (and,
+/// unless `env` sets them, no connection string: the embedded store under `--local-path`).
+pub async fn start(global: &[&str], serve: &[&str], env: &[(&str, &str)]) -> Served {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_table-catalog"));
     cmd.env_remove("AZURE_STORAGE_CONNECTION_STRING").env_remove("AzureWebJobsStorage").env("RUST_LOG", "warn");
     for (k, v) in env {
@@ -31,6 +31,7 @@ pub async fn start(global: &[&str], env: &[(&str, &str)]) -> Served {
     let mut child = cmd
         .args(global)
         .args(["serve", "--listen", "127.0.0.1:0"])
+        .args(serve)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -39,12 +40,14 @@ pub async fn start(global: &[&str], env: &[(&str, &str)]) -> Served {
         .expect("spawn table-catalog serve");
     let mut stderr = BufReader::new(child.stderr.take().expect("piped stderr")).lines();
     let find_address = async {
+        let mut said = Vec::new();
         while let Ok(Some(line)) = stderr.next_line().await {
             if let Some(rest) = line.split_once("listening on http://").map(|(_, r)| r) {
                 return rest.split_whitespace().next().unwrap_or_default().to_string();
             }
+            said.push(line);
         }
-        panic!("serve exited without printing its address");
+        panic!("serve exited without printing its address; it said: {}", said.join("\n"));
     };
     let address = tokio::time::timeout(START, find_address).await.expect("serve prints its address");
     let drain = tokio::spawn(async move { while let Ok(Some(_)) = stderr.next_line().await {} });
