@@ -489,6 +489,7 @@ async fn check(backend: common::Backend, run: Run) {
         tasks.push(tokio::spawn(async move {
             let mut rng = StdRng::seed_from_u64(seed ^ (client as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15));
             // Reads draw from their own stream, so the operations of a seed stay the same.
+            let read_share = std::env::var("TC_CHECKER_READS").ok().and_then(|v| v.parse().ok()).unwrap_or(0.05);
             let mut read_rng = StdRng::seed_from_u64(!seed ^ (client as u64 + 1).wrapping_mul(0x2545_F491_4F6C_DD1D));
             let mut left = n;
             while left > 0 {
@@ -503,17 +504,47 @@ async fn check(backend: common::Backend, run: Run) {
                     let r = u.paired_record(&mut rng, client);
                     let f = u.filter_matching(&mut rng, &r);
                     let c2 = &catalogs[rng.gen_range(0..catalogs.len())];
+                    // Half the time the client itself freezes the upsert's shard (holds its
+                    // lease, like a frozen applier) from before the upsert until 300 ms after
+                    // it, and the delete waits to be applied (`wait`): its instance applies
+                    // shard 0 at once, while the upsert is surely still pending. An intact
+                    // barrier waits for the upsert; a broken one applies the delete first.
+                    let paired = r.clone();
+                    let shard = c.applier().shard_of(&u.row_key(&r));
+                    let mut frozen = match shard != ShardId::ZERO && rng.gen_bool(0.5) {
+                        true => c.wal().acquire_lease(shard).await.ok().flatten(),
+                        false => None,
+                    };
+                    let mut thaw = None;
                     for kind in [Kind::Upsert(r), Kind::Delete(f)] {
                         let issued = clock.fetch_add(1, Ordering::SeqCst);
                         let result = match &kind {
                             Kind::Upsert(r) => c.upsert(r.clone(), false).await,
-                            Kind::Delete((k, v)) => c2.delete(Filter::new(vec![(k.clone(), v.clone())]), false).await,
+                            Kind::Delete((k, v)) => {
+                                c2.delete(Filter::new(vec![(k.clone(), v.clone())]), thaw.is_some()).await
+                            }
                             Kind::Replace(..) => unreachable!(),
                         };
                         let ended = clock.fetch_add(1, Ordering::SeqCst);
                         let acked = acknowledged(&result, seed, shards);
                         let wal_id = result.ok().map(|w| w.id);
                         history.lock().unwrap().push(Op::new(&u, kind, issued, ended, acked, wal_id));
+                        if let Some(lease) = frozen.take() {
+                            let c = c.clone();
+                            thaw = Some(tokio::spawn(async move {
+                                tokio::time::sleep(Duration::from_millis(300)).await;
+                                c.wal().release_lease(lease).await;
+                            }));
+                        }
+                    }
+                    if let Some(thaw) = thaw {
+                        let _ = thaw.await;
+                        // Read it back consistently: the delete was acknowledged after the
+                        // upsert, so the record must be gone unless another client wrote it
+                        // meanwhile (the model knows). A broken barrier shows here even when
+                        // a later write hides it from the final state.
+                        let read = read_back(&u, c2, paired, &clock, seed, shards).await;
+                        reads.lock().unwrap().push(read);
                     }
                     left -= 2;
                     continue;
@@ -578,7 +609,7 @@ async fn check(backend: common::Backend, run: Run) {
                 // An intent that reached the queue is applied whenever it is consumed.
                 let ended = if intent && acked { u64::MAX } else { ended };
                 let wal_id = result.ok().flatten();
-                let read_after = match (&kind, acked && !intent && read_rng.gen_bool(0.2)) {
+                let read_after = match (&kind, acked && !intent && read_rng.gen_bool(read_share)) {
                     (Kind::Upsert(r), true) => Some(r.clone()),
                     _ => None,
                 };
@@ -586,21 +617,8 @@ async fn check(backend: common::Backend, run: Run) {
                 if let Some(r) = read_after {
                     // A consistent read of the record just written, through any instance.
                     let c = &catalogs[read_rng.gen_range(0..catalogs.len())];
-                    let rk = u.row_key(&r);
-                    let filter = Filter::new(vec![("icao".into(), r["icao"].as_str().unwrap_or_default().into())]);
-                    let issued = clock.fetch_add(1, Ordering::SeqCst);
-                    let result = c.query_consistent(&filter, 1000, None).await;
-                    let ended = clock.fetch_add(1, Ordering::SeqCst);
-                    let found = match result {
-                        Ok(page) => Some(page.records.into_iter().map(|f| f.record).find(|rec| u.row_key(rec) == rk)),
-                        // Refused (a backlog, or not caught up in time): no answer to check.
-                        Err(table_catalog::Error::Busy { .. }) => None,
-                        Err(e) => {
-                            assert!(e.is_transient(), "seed {seed} shards {shards}: consistent read: {e}");
-                            None
-                        }
-                    };
-                    reads.lock().unwrap().push(Read { rk, identity: r, issued, ended, found });
+                    let read = read_back(&u, c, r, &clock, seed, shards).await;
+                    reads.lock().unwrap().push(read);
                 }
             }
         }));
@@ -813,6 +831,31 @@ fn a_failed_write_may_take_effect_after_a_later_acknowledged_delete() {
     assert!(outcomes(&failed).contains(&Effect::Write(r.clone())));
     assert!(outcomes(&failed).contains(&Effect::Absent));
     assert_eq!(outcomes(&acked), vec![Effect::Absent]);
+}
+
+/// A consistent read of `r`'s identity (by its ICAO code) through `c`. A read refused as
+/// busy (frozen appliers held it past its deadline) is retried, up to three times.
+async fn read_back(u: &Universe, c: &Catalog, r: Record, clock: &AtomicU64, seed: u64, shards: u16) -> Read {
+    let rk = u.row_key(&r);
+    let filter = Filter::new(vec![("icao".into(), r["icao"].as_str().unwrap_or_default().into())]);
+    let mut tries = 0;
+    loop {
+        tries += 1;
+        let issued = clock.fetch_add(1, Ordering::SeqCst);
+        let result = c.query_consistent(&filter, 1000, None).await;
+        let ended = clock.fetch_add(1, Ordering::SeqCst);
+        let found = match result {
+            Ok(page) => Some(page.records.into_iter().map(|f| f.record).find(|rec| u.row_key(rec) == rk)),
+            Err(table_catalog::Error::Busy { .. }) if tries < 3 => continue,
+            // Refused (a backlog, or not caught up in time), or failed: no answer to check.
+            Err(table_catalog::Error::Busy { .. }) => None,
+            Err(e) => {
+                assert!(e.is_transient(), "seed {seed} shards {shards}: consistent read: {e}");
+                None
+            }
+        };
+        return Read { rk, identity: r, issued, ended, found };
+    }
 }
 
 /// Long runs on one backend only: `TC_CHECKER_BACKEND=local` or `azurite`.
