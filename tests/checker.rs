@@ -13,11 +13,17 @@
 //!   acknowledged write that nothing later touched must be there, with its payload);
 //! - nothing pending, nothing dead, nothing poisoned, queue drained.
 //!
-//! Consistent reads (read-your-writes): after a fifth of its acknowledged upserts a client
-//! reads the record back with `query_consistent` through a random instance; the answer must
-//! be a state that the operations issued before the read ended allow, counting as
-//! acknowledged only those acknowledged before the read began. With the catch-up removed
-//! (`Applier::catch_up` answering at once) seeds 1 and 2 fail (docs/RELIABILITY.md).
+//! Consistent reads (read-your-writes): after a share of its acknowledged upserts
+//! (`TC_CHECKER_READS`, default 0.05) and after every frozen racing pair (below), a client
+//! reads the record back with `query_consistent`; the answer must be a state that the
+//! operations issued before the read ended allow, counting as acknowledged only those
+//! acknowledged before it began. With the catch-up removed (`Applier::catch_up` answering at
+//! once) seeds 1 and 2 fail (docs/RELIABILITY.md).
+//!
+//! Half of the racing pairs are frozen: the client holds the upsert's shard lease from before
+//! the upsert until 300 ms after it, and logs the delete with `wait`, so the delete's instance
+//! applies shard 0 while the upsert is surely pending; the consistent read that follows shows
+//! a delete applied out of order even when a later write would hide it from the final state.
 //!
 //! While the run goes on, an auditor scans the catalog table over and over and checks that
 //! no row's WAL id ever goes back (fencing: an applier whose lease expired while it was
