@@ -75,7 +75,7 @@ pub(crate) fn http_status(err: &azure_core::Error) -> Option<(u16, Option<&str>)
 }
 
 /// The first error of type `T` in the source chain of `err` (`err` itself included).
-fn find_source<'a, T: std::error::Error + 'static>(err: &'a azure_core::Error) -> Option<&'a T> {
+fn find_source<T: std::error::Error + 'static>(err: &azure_core::Error) -> Option<&T> {
     let mut current: Option<&(dyn std::error::Error + 'static)> = err.get_ref().map(|e| e as _);
     while let Some(e) = current {
         if let Some(found) = e.downcast_ref::<T>() {

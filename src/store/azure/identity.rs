@@ -40,12 +40,10 @@ use tokio::sync::Mutex;
 
 use crate::store::{StoreError, StoreResult};
 
-/// Prefix of the host's identity-based storage settings.
+pub use crate::settings::{IDENTITY_ENDPOINT, IDENTITY_HEADER};
+
+/// Prefix of the host's identity-based storage settings (`crate::settings::WEBJOBS_*`).
 pub const PREFIX: &str = "AzureWebJobsStorage__";
-/// Managed-identity endpoint URL, set by App Service and Functions.
-pub const IDENTITY_ENDPOINT: &str = "IDENTITY_ENDPOINT";
-/// Secret header value the managed-identity endpoint requires, set by App Service and Functions.
-pub const IDENTITY_HEADER: &str = "IDENTITY_HEADER";
 /// API version of the App Service managed-identity protocol.
 const API_VERSION: &str = "2019-08-01";
 /// Resource (audience) of Azure Storage tokens.
