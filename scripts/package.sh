@@ -12,9 +12,9 @@
 # that runs on any Linux worker image whatever its glibc. The script installs what that needs:
 # the Rust target (`rustup target add`) and a C compiler for musl (the bundled SQLite and ring are
 # C): `musl-gcc` from Debian's `musl-tools` (apt-get, when running as root), else `cargo-zigbuild`
-# with Zig from PyPI (`pip install ziglang`). When neither can be had it fails: set
-# TC_PACKAGE_TARGET=x86_64-unknown-linux-gnu.2.17 to build with cargo-zigbuild against glibc
-# 2.17. The binary needs no OpenSSL (the HTTP clients use rustls). Whatever the target, the
+# with Zig from PyPI (`pip install ziglang`); when neither can be had it fails. Where musl
+# cannot work, TC_PACKAGE_TARGET=x86_64-unknown-linux-gnu.2.17 builds with cargo-zigbuild
+# against glibc 2.17. The binary needs no OpenSSL (the HTTP clients use rustls). Whatever the target, the
 # packaged binary is checked before it is zipped: static, or needing no glibc symbol newer than
 # 2.17; any other result fails loudly (never a binary that needs a newer glibc).
 #

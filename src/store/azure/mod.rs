@@ -132,8 +132,9 @@ impl AzureStore {
     }
 
     /// Connects with the connection string in `AZURE_STORAGE_CONNECTION_STRING`, or else in
-    /// `AzureWebJobsStorage` (the Functions host's setting). Empty values count as unset;
-    /// `InvalidInput` when neither is set.
+    /// `AzureWebJobsStorage` (the Functions host's setting), or else with the managed identity
+    /// of the identity-based `AzureWebJobsStorage__*` settings ([`identity`]). Empty values
+    /// count as unset; `InvalidInput` when none is set.
     pub fn from_env() -> StoreResult<AzureStore> {
         AzureStore::from_lookup(|var| std::env::var(var).ok())
     }
@@ -149,9 +150,14 @@ impl AzureStore {
                 });
             }
         }
+        if let Some(store) = AzureStore::from_identity_lookup(&lookup)? {
+            return Ok(store);
+        }
         Err(StoreError::InvalidInput(format!(
-            "no storage connection string: set {} (or {})",
-            CONNECTION_STRING_VARS[0], CONNECTION_STRING_VARS[1]
+            "no storage connection: set {} (or {}, or {}accountName for the managed identity)",
+            CONNECTION_STRING_VARS[0],
+            CONNECTION_STRING_VARS[1],
+            identity::PREFIX
         )))
     }
 
@@ -231,6 +237,20 @@ mod tests {
                 .to_string();
         assert!(bad.contains("AZURE_STORAGE_CONNECTION_STRING: connection string: AccountKey"), "{bad}");
         assert!(!bad.contains("zz secret"), "{bad}");
+
+        // No connection string: the identity-based settings, with the platform's endpoint.
+        let identity = AzureStore::from_lookup(env(&[
+            ("AzureWebJobsStorage__accountName", "acct1"),
+            ("IDENTITY_ENDPOINT", "http://127.0.0.1:9/msi/token"),
+            ("IDENTITY_HEADER", "h"),
+        ]))
+        .unwrap();
+        assert_eq!(identity.credential_kind(), CredentialKind::ManagedIdentity);
+        assert_eq!(identity.table_endpoint(), "https://acct1.table.core.windows.net/");
+        let outside = AzureStore::from_lookup(env(&[("AzureWebJobsStorage__accountName", "acct1")])).unwrap_err();
+        assert!(outside.to_string().contains("IDENTITY_ENDPOINT is not set"), "{outside}");
+        let nothing = AzureStore::from_lookup(env(&[])).unwrap_err();
+        assert!(nothing.to_string().contains("AzureWebJobsStorage__accountName"), "{nothing}");
     }
 
     #[test]
