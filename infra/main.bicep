@@ -8,13 +8,17 @@
 // Flex Consumption is its Linux successor, scales to zero, and lists a "custom" runtime
 // (functionAppConfig.runtime name 'custom', version '1.0'). Sources in docs/FUNCTIONS.md.
 //
-// Storage access:
-// - The Functions host (queue trigger, timer locks, deployment package) uses the user-assigned
-//   managed identity: AzureWebJobsStorage__* settings plus Blob Data Owner and Queue Data
-//   Contributor roles on the account.
-// - The table-catalog binary signs requests with Shared Key (its storage client has no Entra ID
-//   support yet), so it gets AZURE_STORAGE_CONNECTION_STRING with the account key, and the
-//   account must allow Shared Key access.
+// Check that the region offers Flex Consumption and the custom runtime first:
+//   az functionapp list-flexconsumption-runtimes --location <region>
+//
+// Storage access is keyless: Shared Key access is off (allowSharedKeyAccess: false) and no app
+// setting holds a key or a connection string. The Functions host (queue trigger, timer locks,
+// deployment package) and the table-catalog binary (tables, apply queue) both use the
+// user-assigned managed identity through the AzureWebJobsStorage__* settings (service URIs,
+// credential, clientId), as Microsoft's Flex Consumption samples set them, with the roles
+// Storage Blob Data Owner, Storage Queue Data Contributor and Storage Table Data Contributor on
+// the account. The binary gets its tokens from the app's managed-identity endpoint
+// (IDENTITY_ENDPOINT/IDENTITY_HEADER, set by the platform).
 //
 // Names: the app settings, tables and queues below are derived from `catalogName` exactly as
 // the binary derives its defaults (src/settings.rs); tests/functions_assets.rs checks both.
@@ -24,7 +28,7 @@ targetScope = 'resourceGroup'
 @description('Region of every resource. Flex Consumption is available in a subset of regions.')
 param location string = resourceGroup().location
 
-@description('Prefix of resource names: 3-10 lowercase letters or digits.')
+@description('Prefix of resource names: 3-10 lowercase letters or digits (it starts the storage account name, which allows nothing else).')
 @minLength(3)
 @maxLength(10)
 param namePrefix string = 'tcat'
@@ -66,7 +70,19 @@ param logRetentionDays int = 30
 // ---- Names (must agree with src/settings.rs defaults, host.json and functions/*) ----------
 
 var token = uniqueString(resourceGroup().id, namePrefix)
-var storageAccountName = take(toLower('${namePrefix}${token}'), 24)
+// namePrefix check: Bicep has no pattern decorator, so strip the allowed characters
+// [a-z0-9] and expect nothing left; otherwise the storage account gets a name that fails
+// validation and says why.
+var prefixAllowed = 'abcdefghijklmnopqrstuvwxyz0123456789'
+var prefixInvalidChars = reduce(
+  map(range(0, length(prefixAllowed)), i => substring(prefixAllowed, i, 1)),
+  namePrefix,
+  (rest, c) => replace(rest, c, '')
+)
+var storageAccountName = empty(prefixInvalidChars)
+  ? take('${namePrefix}${token}', 24)
+  : 'namePrefix-must-be-lowercase-letters-or-digits'
+
 var functionAppName = '${namePrefix}-func-${token}'
 var planName = '${namePrefix}-plan-${token}'
 var identityName = '${namePrefix}-id-${token}'
@@ -82,6 +98,7 @@ var poisonQueueName = '${applyQueueName}-poison'
 // Built-in role definition ids.
 var roleStorageBlobDataOwner = 'b7e6dc6d-f1e8-4753-8033-0f276bb0955b'
 var roleStorageQueueDataContributor = '974c5e8b-45b9-4653-ba55-5f855dd0fb88'
+var roleStorageTableDataContributor = '0a9a7e1f-b9d0-4cc4-a60d-0319b160aaa3'
 var roleMonitoringMetricsPublisher = '3913510d-42f4-4e42-8a64-420c390055eb'
 
 // ---- Storage: catalog + WAL tables, apply + poison queues, deployment container ----------
@@ -97,8 +114,8 @@ resource storage 'Microsoft.Storage/storageAccounts@2023-05-01' = {
     minimumTlsVersion: 'TLS1_2'
     supportsHttpsTrafficOnly: true
     allowBlobPublicAccess: false
-    // The binary signs with Shared Key (AZURE_STORAGE_CONNECTION_STRING).
-    allowSharedKeyAccess: true
+    // Keyless: every client (host and binary) uses the managed identity.
+    allowSharedKeyAccess: false
     defaultToOAuthAuthentication: true
     publicNetworkAccess: 'Enabled'
   }
@@ -201,6 +218,17 @@ resource queueContributorRole 'Microsoft.Authorization/roleAssignments@2022-04-0
   }
 }
 
+// The catalog and WAL tables (the binary) and the host's table endpoint.
+resource tableContributorRole 'Microsoft.Authorization/roleAssignments@2022-04-01' = {
+  name: guid(storage.id, identity.id, roleStorageTableDataContributor)
+  scope: storage
+  properties: {
+    roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', roleStorageTableDataContributor)
+    principalId: identity.properties.principalId
+    principalType: 'ServicePrincipal'
+  }
+}
+
 resource metricsPublisherRole 'Microsoft.Authorization/roleAssignments@2022-04-01' = {
   name: guid(appInsights.id, identity.id, roleMonitoringMetricsPublisher)
   scope: appInsights
@@ -261,16 +289,16 @@ resource functionApp 'Microsoft.Web/sites@2024-04-01' = {
           value: storage.properties.primaryEndpoints.queue
         }
         {
+          name: 'AzureWebJobsStorage__tableServiceUri'
+          value: storage.properties.primaryEndpoints.table
+        }
+        {
           name: 'APPLICATIONINSIGHTS_CONNECTION_STRING'
           value: appInsights.properties.ConnectionString
         }
         {
           name: 'APPLICATIONINSIGHTS_AUTHENTICATION_STRING'
           value: 'ClientId=${identity.properties.clientId};Authorization=AAD'
-        }
-        {
-          name: 'AZURE_STORAGE_CONNECTION_STRING'
-          value: 'DefaultEndpointsProtocol=https;AccountName=${storage.name};AccountKey=${storage.listKeys().keys[0].value};EndpointSuffix=${environment().suffixes.storage}'
         }
         {
           name: 'TABLE_CATALOG_NAME'
@@ -323,6 +351,7 @@ resource functionApp 'Microsoft.Web/sites@2024-04-01' = {
   dependsOn: [
     blobOwnerRole
     queueContributorRole
+    tableContributorRole
     metricsPublisherRole
     deploymentContainer
     catalogTable

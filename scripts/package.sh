@@ -8,23 +8,26 @@
 # function with its function.json (functions/<name>/function.json becomes <name>/function.json).
 # local.settings.json is not packaged: it is for local runs only, Azure uses app settings.
 #
-# Target: x86_64-unknown-linux-musl (static, runs on any Linux worker) when that Rust target is
-# installed; otherwise x86_64-unknown-linux-gnu, linked dynamically against the build machine's
-# glibc, and the script reports the newest glibc symbol version the binary needs and any other
-# shared library it loads. A binary built on Debian 12 (glibc 2.36) needs glibc >= 2.34, so it
-# does not start on a Debian 11 based Functions image (glibc 2.31); while the HTTP client links
-# OpenSSL dynamically it also needs libssl.so.3. See docs/FUNCTIONS.md, "Package".
+# Target: x86_64-unknown-linux-musl, a static binary (no ELF interpreter, no shared library)
+# that runs on any Linux worker image whatever its glibc. The script installs what that needs:
+# the Rust target (`rustup target add`) and a C compiler for musl (the bundled SQLite and ring are
+# C): `musl-gcc` from Debian's `musl-tools` (apt-get, when running as root), else `cargo-zigbuild`
+# with Zig from PyPI (`pip install ziglang`); when neither can be had it fails. Where musl
+# cannot work, TC_PACKAGE_TARGET=x86_64-unknown-linux-gnu.2.17 builds with cargo-zigbuild
+# against glibc 2.17. The binary needs no OpenSSL (the HTTP clients use rustls). Whatever the target, the
+# packaged binary is checked before it is zipped: static, or needing no glibc symbol newer than
+# 2.17; any other result fails loudly (never a binary that needs a newer glibc).
 #
 # Environment:
 #   TC_PACKAGE_OUT        output folder (default: <repo>/dist); its `package/` subfolder is the
 #                         staged zip content and is recreated on each run
-#   TC_PACKAGE_TARGET     Rust target triple, overrides the choice above
-#   TC_PACKAGE_MAX_GLIBC  fail when a glibc build needs a newer glibc than this (e.g. 2.31)
-#   TC_PACKAGE_BINARY     package this prebuilt binary instead of building a release one
+#   TC_PACKAGE_TARGET     Rust target triple (default x86_64-unknown-linux-musl); a
+#                         `x86_64-unknown-linux-gnu.2.17` style target builds with cargo-zigbuild
+#   TC_PACKAGE_BINARY     package this prebuilt binary instead of building a release one (it must
+#                         pass the same linkage check)
 #   CARGO_TARGET_DIR      honoured (the build output location is read from `cargo metadata`)
 #
-# Needs: cargo, python3 (zip writing; no `zip` binary required), readelf (optional, for the
-# linkage report).
+# Needs: cargo, rustup, python3 (zip writing and the ELF check; no `zip` or `readelf` needed).
 
 set -euo pipefail
 
@@ -56,60 +59,70 @@ assert desc["defaultExecutablePath"] == sys.argv[2], desc
 assert desc.get("arguments") == ["handler"], desc
 PY
 
-target="${TC_PACKAGE_TARGET:-}"
-if [[ -z "$target" ]]; then
-    if command -v rustup >/dev/null && rustup target list --installed 2>/dev/null | grep -qx "$musl"; then
-        target="$musl"
-    else
-        target="$gnu"
-        note "the $musl target is not installed (and rustup cannot download it here);"
-        note "building $target instead: dynamically linked against this machine's glibc"
-    fi
-fi
+target="${TC_PACKAGE_TARGET:-$musl}"
+max_glibc="2.17"
 
+# A C compiler for musl: musl-gcc (Debian's musl-tools), installed here when we are root.
+have_musl_gcc() {
+    command -v musl-gcc >/dev/null || command -v x86_64-linux-musl-gcc >/dev/null
+}
+install_musl_gcc() {
+    have_musl_gcc && return 0
+    if [[ "$(id -u)" == 0 ]] && command -v apt-get >/dev/null; then
+        note "installing musl-tools (musl-gcc) with apt-get"
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -q musl-tools >&2 ||
+            { DEBIAN_FRONTEND=noninteractive apt-get update -q >&2 &&
+                DEBIAN_FRONTEND=noninteractive apt-get install -y -q musl-tools >&2; } ||
+            note "apt-get could not install musl-tools"
+    fi
+    have_musl_gcc
+}
+# cargo-zigbuild with Zig from PyPI: the other way to get a C toolchain for musl or old glibc.
+install_zigbuild() {
+    if ! command -v zig >/dev/null && ! python3 -c 'import ziglang' 2>/dev/null; then
+        note "installing Zig (pip install ziglang)"
+        python3 -m pip install --quiet ziglang >&2 ||
+            python3 -m pip install --quiet --break-system-packages ziglang >&2 || return 1
+    fi
+    if ! command -v cargo-zigbuild >/dev/null; then
+        note "installing cargo-zigbuild"
+        cargo install --locked cargo-zigbuild >&2 || return 1
+    fi
+}
+
+rust_target="${target%%.*}" # x86_64-unknown-linux-gnu.2.17 -> x86_64-unknown-linux-gnu
+build=(cargo build)
 if [[ -n "${TC_PACKAGE_BINARY:-}" ]]; then
-    # Package an already built binary (the test suite passes its own build, so CI checks the
-    # layout and the handler start without a second, release build).
+    # Package an already built binary; it gets the same linkage check as a fresh build.
     binary="$TC_PACKAGE_BINARY"
     note "packaging the prebuilt $binary (not a release build)"
 else
-    note "building $bin_name (release, $target)"
-    (cd "$root" && cargo build --release --target "$target" --bin "$bin_name") >&2
+    command -v rustup >/dev/null || die "rustup not found (it installs the $rust_target target)"
+    if ! rustup target list --installed | grep -qx "$rust_target"; then
+        note "installing the Rust target $rust_target"
+        rustup target add "$rust_target" >&2 || die "rustup target add $rust_target failed"
+    fi
+    if [[ "$target" == "$musl" ]]; then
+        if ! install_musl_gcc; then
+            install_zigbuild || die "no C compiler for $musl: install musl-tools (musl-gcc) or cargo-zigbuild + ziglang; or set TC_PACKAGE_TARGET=$gnu.2.17"
+            build=(cargo zigbuild)
+        fi
+    elif [[ "$target" != "$rust_target" ]]; then
+        install_zigbuild || die "$target needs cargo-zigbuild and ziglang, which could not be installed"
+        build=(cargo zigbuild)
+    fi
+    note "building $bin_name (release, $target, ${build[*]})"
+    (cd "$root" && "${build[@]}" --release --target "$target" --bin "$bin_name") >&2 ||
+        die "${build[*]} --release --target $target failed"
     target_dir="$(cd "$root" && cargo metadata --format-version 1 --no-deps |
         python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')"
-    binary="$target_dir/$target/release/$bin_name"
+    binary="$target_dir/$rust_target/release/$bin_name"
 fi
 [[ -f "$binary" ]] || die "build produced no $binary"
 
-# Linkage report: a static binary has no NEEDED entries; a glibc one needs a minimum glibc.
-if command -v readelf >/dev/null; then
-    needed="$(readelf -d "$binary" 2>/dev/null | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p' | tr '\n' ' ')"
-    if [[ -z "$needed" ]]; then
-        note "linkage: static (no shared libraries needed)"
-    else
-        glibc="$(readelf -V "$binary" 2>/dev/null | grep -o 'GLIBC_[0-9][0-9.]*' | sed 's/GLIBC_//' | sort -Vu | tail -n 1)"
-        note "linkage: dynamic; needs ${needed}"
-        note "linkage: needs glibc >= ${glibc:-unknown} on the Functions worker"
-        # Libraries outside glibc and libgcc must come from the worker image too.
-        extra=""
-        for lib in $needed; do
-            case "$lib" in
-                libc.so.* | libm.so.* | libgcc_s.so.* | ld-linux-*.so.* | libpthread.so.* | libdl.so.* | librt.so.*) ;;
-                *) extra="$extra $lib" ;;
-            esac
-        done
-        if [[ -n "$extra" ]]; then
-            note "warning: also needs${extra} from the worker image (libssl.so.3 = OpenSSL 3: Debian 12, Ubuntu 22.04 or newer)"
-        fi
-        if [[ -n "${TC_PACKAGE_MAX_GLIBC:-}" && -n "$glibc" ]]; then
-            newest="$(printf '%s\n%s\n' "$glibc" "$TC_PACKAGE_MAX_GLIBC" | sort -V | tail -n 1)"
-            [[ "$newest" == "$TC_PACKAGE_MAX_GLIBC" ]] ||
-                die "the binary needs glibc $glibc, newer than TC_PACKAGE_MAX_GLIBC=$TC_PACKAGE_MAX_GLIBC"
-        fi
-    fi
-else
-    note "linkage: readelf not found, not checked"
-fi
+# Linkage check (scripts/elf_linkage.py): static, or no glibc symbol newer than 2.17.
+python3 "$root/scripts/elf_linkage.py" --max-glibc "$max_glibc" "$binary" >&2 ||
+    die "$binary would not run on every Functions worker image (see above); not packaged"
 
 # Stage the zip content: everything at the root, function folders directly under it.
 mkdir -p "$out"

@@ -20,10 +20,10 @@ use crate::catalog::{Catalog, CatalogOptions};
 use crate::error::{Error, Result};
 use crate::schema::Schema;
 use crate::settings;
-use crate::store::azure::AzureStore;
+use crate::store::azure::{identity, AzureStore};
 use crate::store::counting::{CountingStore, RequestCounts};
 use crate::store::local::{Durability, LocalStore};
-use crate::store::{Store, Value};
+use crate::store::{Store, StoreError, Value};
 use crate::wal::METADATA;
 
 pub use crate::names::{validate_queue_name, validate_table_name, Names};
@@ -35,6 +35,10 @@ pub enum Backend {
     Local(PathBuf),
     /// Azure Storage (or Azurite) through this connection string.
     Azure(String),
+    /// Azure Storage through the app's managed identity: the `AzureWebJobsStorage__*`
+    /// settings and `IDENTITY_ENDPOINT`/`IDENTITY_HEADER`, read when the store is opened
+    /// (used when no connection string is set; see [`crate::store::azure::identity`]).
+    AzureIdentity,
 }
 
 impl std::fmt::Debug for Backend {
@@ -42,6 +46,7 @@ impl std::fmt::Debug for Backend {
         match self {
             Backend::Local(p) => write!(f, "Local({})", p.display()),
             Backend::Azure(_) => f.write_str("Azure(<connection string redacted>)"),
+            Backend::AzureIdentity => f.write_str("AzureIdentity"),
         }
     }
 }
@@ -89,8 +94,9 @@ impl Config {
     /// Reads the environment: `TABLE_CATALOG_NAME` (default `catalog`),
     /// `TABLE_CATALOG_INDEX_KEYS`, `TABLE_CATALOG_ROW_KEY`, `TABLE_CATALOG_WAL_NAME`,
     /// `TABLE_CATALOG_QUEUE`, `TABLE_CATALOG_WAL_SHARDS`, `TABLE_CATALOG_LOCAL_PATH`, and
-    /// `AZURE_STORAGE_CONNECTION_STRING` falling back to `AzureWebJobsStorage` (when both are
-    /// unset, the embedded store is used).
+    /// `AZURE_STORAGE_CONNECTION_STRING` falling back to `AzureWebJobsStorage`, then the
+    /// identity-based `AzureWebJobsStorage__accountName`/`__tableServiceUri` (when none is
+    /// set, the embedded store is used).
     pub fn from_env() -> Config {
         let mut c = Config::new(&env(settings::NAME).unwrap_or_else(|| settings::DEFAULT_NAME.to_string()));
         c.index_keys = env(settings::INDEX_KEYS).map(|v| Schema::parse_list(&v));
@@ -104,6 +110,7 @@ impl Config {
         }
         c.backend = match env(settings::CONNECTION_STRING).or_else(|| env(settings::WEBJOBS_STORAGE)) {
             Some(cs) => Backend::Azure(cs),
+            None if identity::is_configured(env) => Backend::AzureIdentity,
             None => Backend::Local(PathBuf::from(
                 env(settings::LOCAL_PATH).unwrap_or_else(|| settings::DEFAULT_LOCAL_PATH.into()),
             )),
@@ -151,6 +158,12 @@ impl Config {
         let inner: Arc<dyn Store> = match &self.backend {
             Backend::Local(path) => Arc::new(LocalStore::open(path, self.durability)?),
             Backend::Azure(cs) => Arc::new(AzureStore::from_connection_string(cs)?),
+            Backend::AzureIdentity => Arc::new(AzureStore::from_identity_lookup(env)?.ok_or_else(|| {
+                StoreError::InvalidInput(format!(
+                    "no identity-based storage connection: set {}accountName",
+                    identity::PREFIX
+                ))
+            })?),
         };
         let store = CountingStore::new(inner);
         let counts = store.counts().clone();

@@ -30,6 +30,20 @@ pub const LISTEN: &str = "TABLE_CATALOG_LISTEN";
 pub const CONNECTION_STRING: &str = "AZURE_STORAGE_CONNECTION_STRING";
 /// The Functions host's storage connection, the fallback for [`CONNECTION_STRING`].
 pub const WEBJOBS_STORAGE: &str = "AzureWebJobsStorage";
+/// Identity-based storage: account name (endpoints `https://{name}.{table|queue}.core.windows.net`).
+pub const WEBJOBS_ACCOUNT_NAME: &str = "AzureWebJobsStorage__accountName";
+/// Identity-based storage: table service endpoint.
+pub const WEBJOBS_TABLE_URI: &str = "AzureWebJobsStorage__tableServiceUri";
+/// Identity-based storage: queue service endpoint.
+pub const WEBJOBS_QUEUE_URI: &str = "AzureWebJobsStorage__queueServiceUri";
+/// Identity-based storage: `managedidentity`.
+pub const WEBJOBS_CREDENTIAL: &str = "AzureWebJobsStorage__credential";
+/// Identity-based storage: client id of the user-assigned identity.
+pub const WEBJOBS_CLIENT_ID: &str = "AzureWebJobsStorage__clientId";
+/// Managed-identity token endpoint, set by App Service / Functions.
+pub const IDENTITY_ENDPOINT: &str = "IDENTITY_ENDPOINT";
+/// Secret header value of the managed-identity endpoint, set by App Service / Functions.
+pub const IDENTITY_HEADER: &str = "IDENTITY_HEADER";
 /// Port the Functions host assigns to the custom handler.
 pub const CUSTOMHANDLER_PORT: &str = "FUNCTIONS_CUSTOMHANDLER_PORT";
 
@@ -65,6 +79,9 @@ pub enum FunctionsApp {
     Unset,
     /// Set by the Functions host when it starts the handler.
     Host,
+    /// Identity-based storage access: `infra/main.bicep` sets it (no key anywhere);
+    /// `local.settings.json` uses the `AzureWebJobsStorage` connection string instead.
+    Identity,
 }
 
 /// One environment setting.
@@ -167,19 +184,80 @@ pub const SETTINGS: &[Setting] = &[
         default: Some("{AzureWebJobsStorage}"),
         description: "Azure Storage connection string (Shared Key or SAS; \
                       `UseDevelopmentStorage=true` for Azurite). Unset: falls back to \
-                      `AzureWebJobsStorage`; both unset: the embedded store.",
+                      `AzureWebJobsStorage`, then to the identity-based \
+                      `AzureWebJobsStorage__*` settings; none set: the embedded store. The \
+                      Functions app leaves it unset (keyless: managed identity).",
         used_in: UsedIn::Both,
-        functions_app: FunctionsApp::AppSetting,
+        functions_app: FunctionsApp::Unset,
     },
     Setting {
         name: WEBJOBS_STORAGE,
         default: None,
         description: "The Functions host's storage connection string; the fallback for \
-                      `AZURE_STORAGE_CONNECTION_STRING`. Identity-based forms \
-                      (`AzureWebJobsStorage__*`) serve the host only: the binary then needs \
-                      `AZURE_STORAGE_CONNECTION_STRING`.",
+                      `AZURE_STORAGE_CONNECTION_STRING`. In Azure the app uses the \
+                      identity-based form instead (the `AzureWebJobsStorage__*` settings below), \
+                      which the binary reads too.",
         used_in: UsedIn::Both,
         functions_app: FunctionsApp::AppSetting,
+    },
+    Setting {
+        name: WEBJOBS_ACCOUNT_NAME,
+        default: None,
+        description: "Identity-based storage: the account name; endpoints \
+                      `https://{name}.table.core.windows.net` and `.queue.`. Used when no \
+                      connection string is set. The Bicep sets the service URIs instead.",
+        used_in: UsedIn::Both,
+        functions_app: FunctionsApp::Unset,
+    },
+    Setting {
+        name: WEBJOBS_TABLE_URI,
+        default: None,
+        description: "Identity-based storage: table service endpoint (overrides the one \
+                      derived from `AzureWebJobsStorage__accountName`). Requests carry Entra ID \
+                      tokens of the managed identity; the identity needs Storage Table Data \
+                      Contributor.",
+        used_in: UsedIn::Both,
+        functions_app: FunctionsApp::Identity,
+    },
+    Setting {
+        name: WEBJOBS_QUEUE_URI,
+        default: None,
+        description: "Identity-based storage: queue service endpoint (the apply queue; the \
+                      host's queue trigger reads it too). The identity needs Storage Queue Data \
+                      Contributor.",
+        used_in: UsedIn::Both,
+        functions_app: FunctionsApp::Identity,
+    },
+    Setting {
+        name: WEBJOBS_CREDENTIAL,
+        default: Some("managedidentity"),
+        description: "Identity-based storage: `managedidentity`, the only value accepted.",
+        used_in: UsedIn::Both,
+        functions_app: FunctionsApp::Identity,
+    },
+    Setting {
+        name: WEBJOBS_CLIENT_ID,
+        default: None,
+        description: "Identity-based storage: client id of the user-assigned managed identity \
+                      whose tokens are used. Unset: the system-assigned identity.",
+        used_in: UsedIn::Both,
+        functions_app: FunctionsApp::Identity,
+    },
+    Setting {
+        name: IDENTITY_ENDPOINT,
+        default: None,
+        description: "Managed-identity token endpoint; App Service and Functions set it (with \
+                      `IDENTITY_HEADER`). Required for identity-based storage access.",
+        used_in: UsedIn::Both,
+        functions_app: FunctionsApp::Host,
+    },
+    Setting {
+        name: IDENTITY_HEADER,
+        default: None,
+        description: "Secret the managed-identity endpoint requires in `X-IDENTITY-HEADER`; App \
+                      Service and Functions set it. Never logged.",
+        used_in: UsedIn::Both,
+        functions_app: FunctionsApp::Host,
     },
     Setting {
         name: CUSTOMHANDLER_PORT,

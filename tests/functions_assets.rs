@@ -512,7 +512,7 @@ fn bicep_sets_every_functions_app_setting() {
     for s in functions_app_settings() {
         assert!(satisfied(s, &is_set), "infra/main.bicep does not set app setting {}", s.name);
     }
-    for s in SETTINGS.iter().filter(|s| s.functions_app != FunctionsApp::AppSetting) {
+    for s in SETTINGS.iter().filter(|s| !matches!(s.functions_app, FunctionsApp::AppSetting | FunctionsApp::Identity)) {
         assert!(
             !names.contains(s.name),
             "main.bicep sets {}, which the Functions app leaves unset ({:?})",
@@ -523,13 +523,24 @@ fn bicep_sets_every_functions_app_setting() {
     for n in names.iter().filter(|n| n.starts_with("TABLE_CATALOG_")) {
         assert!(settings::find(n).is_some(), "main.bicep sets {n}, which the binary does not read");
     }
-    if identity_based && !names.contains(settings::WEBJOBS_STORAGE) {
-        // The binary cannot use the identity-based host connection: it needs its own.
+    // Keyless: the host and the binary both use the managed identity (AzureWebJobsStorage__*).
+    assert!(identity_based, "main.bicep must use the identity-based AzureWebJobsStorage__* connection");
+    for s in SETTINGS.iter().filter(|s| s.functions_app == FunctionsApp::Identity) {
+        assert!(names.contains(s.name), "main.bicep does not set identity setting {}", s.name);
+    }
+    assert_eq!(
+        b.setting_expr(settings::WEBJOBS_CREDENTIAL).and_then(literal),
+        Some("managedidentity"),
+        "AzureWebJobsStorage__credential"
+    );
+    for (name, value) in &b.app_settings {
+        for secret in ["listKeys(", "AccountKey", "SharedAccessSignature", "sig="] {
+            assert!(!value.contains(secret), "app setting {name} holds a key or SAS (`{secret}`)");
+        }
         assert!(
-            names.contains(settings::CONNECTION_STRING),
-            "identity-based host storage needs AZURE_STORAGE_CONNECTION_STRING"
+            name == "APPLICATIONINSIGHTS_CONNECTION_STRING" || !name.to_ascii_lowercase().contains("connection_string"),
+            "app setting {name} is a connection string"
         );
-        assert!(names.contains("AzureWebJobsStorage__clientId"), "a user-assigned identity needs __clientId");
     }
     // Flex Consumption sets these itself (functionAppConfig.runtime) and rejects them.
     for n in
@@ -565,11 +576,30 @@ fn bicep_deploys_a_linux_flex_consumption_custom_handler_app() {
         "name: 'custom'",
         "version: '1.0'",
         "type: 'blobContainer'",
-        // Role ids: Storage Blob Data Owner, Storage Queue Data Contributor.
+        // Role ids: Storage Blob Data Owner, Storage Queue Data Contributor, Storage Table
+        // Data Contributor (the host's table endpoint and the binary's tables).
         "b7e6dc6d-f1e8-4753-8033-0f276bb0955b",
         "974c5e8b-45b9-4653-ba55-5f855dd0fb88",
+        "0a9a7e1f-b9d0-4cc4-a60d-0319b160aaa3",
+        // No storage key: Shared Key access is off.
+        "allowSharedKeyAccess: false",
     ] {
         assert!(text.contains(needle), "main.bicep lacks `{needle}`");
+    }
+    for e in fs::read_dir(root().join("infra")).unwrap() {
+        let path = e.unwrap().path();
+        let content = fs::read_to_string(&path).unwrap_or_default();
+        assert!(!content.contains("listKeys("), "{} reads a storage key (listKeys)", path.display());
+    }
+    assert!(!text.contains("allowSharedKeyAccess: true"), "main.bicep allows Shared Key access");
+    // namePrefix becomes part of the storage account name: 3-10 characters, lowercase letters
+    // and digits only (a storage account name allows nothing else).
+    for needle in [
+        "@minLength(3)\n@maxLength(10)\nparam namePrefix string",
+        "var prefixAllowed = 'abcdefghijklmnopqrstuvwxyz0123456789'",
+        "empty(prefixInvalidChars)",
+    ] {
+        assert!(text.contains(needle), "main.bicep does not validate namePrefix (`{needle}`)");
     }
 }
 

@@ -1,8 +1,12 @@
 //! The Azure Functions deployment package built by `scripts/package.sh`.
 //!
 //! Runs only with `TC_TEST_PACKAGE=1` (`scripts/test.sh` sets it); otherwise it prints a
-//! `SKIPPED:` line (see `tests/common/skip.rs`; `scripts/test.sh` fails on it). Checks the zip layout the host expects (host.json, the executable and one
-//! folder per function at the zip root, modes kept), then extracts the zip and starts the
+//! `SKIPPED:` line (see `tests/common/skip.rs`; `scripts/test.sh` fails on it). Builds the real
+//! package (a release `x86_64-unknown-linux-musl` build; the script installs the target and a
+//! musl C compiler when missing), checks the zip layout the host expects (host.json, the
+//! executable and one folder per function at the zip root, modes kept), reads the packaged ELF
+//! with the `object` crate (static: no PT_INTERP, no DT_NEEDED; or else no `GLIBC_` symbol
+//! version above 2.17), then extracts the zip and starts the
 //! packaged binary the way the Functions host does: `table-catalog handler` in the app root
 //! with `FUNCTIONS_CUSTOMHANDLER_PORT` set, polling `GET /` every 25 ms until any HTTP
 //! response, for at most 30 s (the host's initialization timeout).
@@ -128,6 +132,90 @@ fn log_tail(path: &Path) -> String {
     text[text.char_indices().map(|(i, _)| i).find(|&i| i >= start).unwrap_or(text.len())..].to_string()
 }
 
+/// The newest glibc a dynamic package may need: the oldest glibc of any Functions worker image
+/// is unknown, 2.17 is what `cargo zigbuild --target x86_64-unknown-linux-gnu.2.17` builds for.
+const MAX_GLIBC: (u32, u32) = (2, 17);
+
+/// How an ELF executable is linked: what the loader must find on the worker.
+#[derive(Debug, PartialEq)]
+struct Linkage {
+    /// The PT_INTERP program header (the dynamic loader), if any.
+    interpreter: Option<String>,
+    /// DT_NEEDED entries (shared libraries).
+    needed: Vec<String>,
+    /// `GLIBC_x.y` symbol versions the binary needs (SHT_GNU_VERNEED), as (x, y).
+    glibc: Vec<(u32, u32)>,
+}
+
+impl Linkage {
+    fn is_static(&self) -> bool {
+        self.interpreter.is_none() && self.needed.is_empty()
+    }
+
+    /// Static, or needing no glibc symbol version newer than `max`.
+    fn runs_on_glibc(&self, max: (u32, u32)) -> bool {
+        self.is_static() || self.glibc.iter().all(|&v| v <= max)
+    }
+}
+
+/// Reads the linkage of a 64-bit little-endian ELF file with the `object` crate.
+fn elf_linkage(data: &[u8]) -> Linkage {
+    use object::elf::{FileHeader64, DT_NEEDED, PT_INTERP};
+    use object::read::elf::{Dyn, FileHeader, ProgramHeader};
+    use object::LittleEndian as LE;
+
+    let header = FileHeader64::<LE>::parse(data).expect("ELF64 little-endian header");
+    let endian = LE;
+    let mut interpreter = None;
+    for ph in header.program_headers(endian, data).expect("program headers") {
+        if ph.p_type(endian) == PT_INTERP {
+            let bytes = ph.data(endian, data).expect("PT_INTERP data");
+            interpreter = Some(String::from_utf8_lossy(bytes).trim_end_matches('\0').to_string());
+        }
+    }
+    let sections = header.sections(endian, data).expect("section headers");
+    let mut needed = Vec::new();
+    if let Some((dynamic, link)) = sections.dynamic(endian, data).expect("dynamic section") {
+        let strings = sections.strings(endian, data, link).expect("dynamic string table");
+        for d in dynamic.iter().filter(|d| d.tag(endian) == DT_NEEDED) {
+            let name = d.string(endian, strings).expect("DT_NEEDED name");
+            needed.push(String::from_utf8_lossy(name).into_owned());
+        }
+    }
+    let mut glibc = Vec::new();
+    if let Some((mut needs, link)) = sections.gnu_verneed(endian, data).expect("version needs") {
+        let strings = sections.strings(endian, data, link).expect("version string table");
+        while let Some((_, mut aux)) = needs.next().expect("Verneed entry") {
+            while let Some(a) = aux.next().expect("Vernaux entry") {
+                let name = String::from_utf8_lossy(a.name(endian, strings).expect("version name")).into_owned();
+                let mut parts = name.strip_prefix("GLIBC_").into_iter().flat_map(|v| v.split('.'));
+                if let (Some(Ok(major)), Some(Ok(minor))) = (parts.next().map(str::parse), parts.next().map(str::parse))
+                {
+                    glibc.push((major, minor));
+                }
+            }
+        }
+    }
+    glibc.sort_unstable();
+    glibc.dedup();
+    Linkage { interpreter, needed, glibc }
+}
+
+/// The ELF reader tells a dynamic glibc executable (this test's own build of the binary, linked
+/// against the build machine's glibc) from the bounds, so the package check can fail.
+#[test]
+fn elf_linkage_reads_a_dynamic_glibc_binary() {
+    let own = fs::read(env!("CARGO_BIN_EXE_table-catalog")).unwrap();
+    let linkage = elf_linkage(&own);
+    assert!(!linkage.is_static(), "{linkage:?}");
+    assert!(linkage.interpreter.as_deref().is_some_and(|i| i.contains("ld-linux")), "{linkage:?}");
+    assert!(linkage.needed.iter().any(|n| n.starts_with("libc.so")), "{linkage:?}");
+    let newest = *linkage.glibc.last().expect("GLIBC_ versions");
+    assert!(newest >= (2, 2), "{linkage:?}");
+    assert!(linkage.runs_on_glibc(newest), "{linkage:?}");
+    assert!(!linkage.runs_on_glibc((newest.0, newest.1 - 1)), "{linkage:?}");
+}
+
 #[test]
 fn package_has_the_host_layout_and_the_binary_starts_in_handler_mode() {
     if std::env::var("TC_TEST_PACKAGE").ok().as_deref() != Some("1") {
@@ -139,14 +227,9 @@ fn package_has_the_host_layout_and_the_binary_starts_in_handler_mode() {
     }
     let out = tempfile::tempdir().unwrap();
 
-    // Build.
-    // TC_TEST_PACKAGE_RELEASE=1 packages a release build; by default the test's own build of
-    // the binary is packaged, which checks the same layout and start-up in a fraction of the time.
+    // Build the package a deployment gets: release, musl (an extra full build of the binary).
     let mut cmd = Command::new("bash");
-    cmd.arg(root().join("scripts/package.sh")).env("TC_PACKAGE_OUT", out.path());
-    if std::env::var("TC_TEST_PACKAGE_RELEASE").ok().as_deref() != Some("1") {
-        cmd.env("TC_PACKAGE_BINARY", env!("CARGO_BIN_EXE_table-catalog"));
-    }
+    cmd.arg(root().join("scripts/package.sh")).env("TC_PACKAGE_OUT", out.path()).env_remove("TC_PACKAGE_BINARY");
     let run = cmd.stderr(Stdio::inherit()).output().expect("run scripts/package.sh");
     assert!(run.status.success(), "scripts/package.sh failed: {}", run.status);
     let printed = String::from_utf8(run.stdout).unwrap();
@@ -201,6 +284,12 @@ fn package_has_the_host_layout_and_the_binary_starts_in_handler_mode() {
     assert_eq!(&elf[..4], b"\x7fELF", "ELF executable");
     assert_eq!(elf[4], 2, "64-bit ELF");
     assert_eq!(u16::from_le_bytes([elf[18], elf[19]]), 0x3e, "x86-64 machine");
+    let linkage = elf_linkage(&elf);
+    println!("packaged binary: {linkage:?}");
+    assert!(
+        linkage.runs_on_glibc(MAX_GLIBC),
+        "the packaged binary needs more than a static binary or glibc {MAX_GLIBC:?}: {linkage:?}"
+    );
 
     // Start it as the host does: `<app root>/table-catalog handler`, cwd = app root.
     let values: serde_json::Value =

@@ -39,13 +39,23 @@ pub enum CredentialKind {
     SharedKey,
     /// A shared access signature appended to every request.
     SharedAccessSignature,
+    /// Entra ID tokens of the app's managed identity (`AzureWebJobsStorage__*` settings).
+    ManagedIdentity,
 }
 
 /// The secret part of a connection string. Never printed.
 #[derive(Clone)]
 pub(crate) enum Credential {
-    SharedKey { account: String, key: String },
+    SharedKey {
+        account: String,
+        key: String,
+    },
     Sas(String),
+    /// Tokens of a managed identity (no secret here: the token endpoint's header is read
+    /// from the environment by [`super::identity::ManagedIdentityCredential`]).
+    ManagedIdentity {
+        client_id: Option<String>,
+    },
 }
 
 impl Credential {
@@ -53,6 +63,7 @@ impl Credential {
         match self {
             Credential::SharedKey { .. } => CredentialKind::SharedKey,
             Credential::Sas(_) => CredentialKind::SharedAccessSignature,
+            Credential::ManagedIdentity { .. } => CredentialKind::ManagedIdentity,
         }
     }
 }
@@ -64,6 +75,9 @@ impl fmt::Debug for Credential {
                 f.debug_struct("SharedKey").field("account", account).field("key", &"<redacted>").finish()
             }
             Credential::Sas(_) => f.write_str("SharedAccessSignature(<redacted>)"),
+            Credential::ManagedIdentity { client_id } => {
+                f.debug_struct("ManagedIdentity").field("client_id", client_id).finish()
+            }
         }
     }
 }
@@ -314,7 +328,7 @@ mod tests {
         assert_eq!(c.table_endpoint.as_str(), "http://h:1/acct");
         match c.credential {
             Credential::SharedKey { key, .. } => assert_eq!(key, KEY),
-            Credential::Sas(_) => panic!("expected a key"),
+            other => panic!("expected a key, got {other:?}"),
         }
     }
 

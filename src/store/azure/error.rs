@@ -53,9 +53,12 @@ pub(crate) fn map_error(err: &azure_core::Error, what: &str) -> StoreError {
             let detail = io_kind(err).map(|k| format!(" ({k:?})")).unwrap_or_default();
             StoreError::Unavailable(format!("{what}: connection to the storage service failed{detail}"))
         }
-        ErrorKind::Credential => {
-            StoreError::Other(format!("{what}: the request could not be signed (check the account key)"))
-        }
+        // A managed-identity token failure (its message is ours and safe): transient, the
+        // store's retry policy tries again.
+        ErrorKind::Credential => match find_source::<super::identity::IdentityError>(err) {
+            Some(e) => StoreError::Unavailable(format!("{what}: {e}")),
+            None => StoreError::Other(format!("{what}: the request could not be signed (check the account key)")),
+        },
         ErrorKind::DataConversion => {
             StoreError::Other(format!("{what}: unexpected response from the storage service (could not decode it)"))
         }
@@ -69,6 +72,18 @@ pub(crate) fn http_status(err: &azure_core::Error) -> Option<(u16, Option<&str>)
         ErrorKind::HttpResponse { status, error_code } => Some((*status as u16, error_code.as_deref())),
         _ => None,
     }
+}
+
+/// The first error of type `T` in the source chain of `err` (`err` itself included).
+fn find_source<T: std::error::Error + 'static>(err: &azure_core::Error) -> Option<&T> {
+    let mut current: Option<&(dyn std::error::Error + 'static)> = err.get_ref().map(|e| e as _);
+    while let Some(e) = current {
+        if let Some(found) = e.downcast_ref::<T>() {
+            return Some(found);
+        }
+        current = e.source();
+    }
+    None
 }
 
 /// The `std::io::ErrorKind` somewhere in the source chain (e.g. `ConnectionRefused`).

@@ -15,6 +15,8 @@
 //! - connection strings are parsed here (`UseDevelopmentStorage=true`, explicit endpoints,
 //!   case-insensitive keys), and no error or `Debug` output contains a key, SAS or
 //!   connection string;
+//! - identity-based access (the host's `AzureWebJobsStorage__*` settings, managed-identity
+//!   tokens) is in [`identity`]: the crates take any `TokenCredential`;
 //! - errors become [`crate::store::StoreError`]s in one place, without the
 //!   response bodies the crate's `HttpError` prints.
 
@@ -22,6 +24,7 @@ mod batch;
 mod conn;
 mod entity;
 mod error;
+pub mod identity;
 mod queue;
 mod retry;
 mod table;
@@ -73,7 +76,34 @@ impl AzureStore {
             conn::Credential::Sas(token) => StorageCredentials::sas_token(token).map_err(|_| {
                 StoreError::InvalidInput("connection string: SharedAccessSignature is not a valid query string".into())
             })?,
+            conn::Credential::ManagedIdentity { .. } => {
+                return Err(StoreError::InvalidInput(
+                    "connection string: no AccountKey or SharedAccessSignature".into(),
+                ))
+            }
         };
+        Ok(AzureStore::with_credentials(info, credentials))
+    }
+
+    /// Connects with the app's managed identity: endpoints and identity from `connection`
+    /// (the `AzureWebJobsStorage__*` settings), tokens from `credential`. No I/O happens here;
+    /// token failures surface on the first request as [`StoreError::Unavailable`] naming the
+    /// identity endpoint variable and the status.
+    pub fn from_identity(
+        connection: identity::IdentityConnection,
+        credential: identity::ManagedIdentityCredential,
+    ) -> AzureStore {
+        let info = conn::ConnectionInfo {
+            account: connection.account,
+            table_endpoint: connection.table_endpoint,
+            queue_endpoint: connection.queue_endpoint,
+            credential: conn::Credential::ManagedIdentity { client_id: connection.client_id },
+            development: false,
+        };
+        AzureStore::with_credentials(info, identity::storage_credentials(credential))
+    }
+
+    fn with_credentials(info: conn::ConnectionInfo, credentials: StorageCredentials) -> AzureStore {
         let account = info.account.clone().unwrap_or_default();
         let location =
             |endpoint: &azure_core::Url| CloudLocation::Custom { account: account.clone(), uri: endpoint.to_string() };
@@ -87,12 +117,24 @@ impl AzureStore {
             ClientOptions::default().retry(RetryOptions::none()),
             credentials,
         );
-        Ok(AzureStore { tables, queues, table_pipeline, info, retry: RetryPolicy::default() })
+        AzureStore { tables, queues, table_pipeline, info, retry: RetryPolicy::default() }
+    }
+
+    /// Connects with the managed identity configured by the `AzureWebJobsStorage__*` settings
+    /// and `IDENTITY_ENDPOINT`/`IDENTITY_HEADER`, read through `lookup`; `Ok(None)` when no
+    /// `AzureWebJobsStorage__accountName`/`__tableServiceUri` is set. Errors name the setting.
+    pub fn from_identity_lookup(lookup: impl Fn(&str) -> Option<String>) -> StoreResult<Option<AzureStore>> {
+        let Some(connection) = identity::IdentityConnection::from_lookup(&lookup)? else {
+            return Ok(None);
+        };
+        let credential = identity::ManagedIdentityCredential::from_lookup(&lookup, connection.client_id.clone())?;
+        Ok(Some(AzureStore::from_identity(connection, credential)))
     }
 
     /// Connects with the connection string in `AZURE_STORAGE_CONNECTION_STRING`, or else in
-    /// `AzureWebJobsStorage` (the Functions host's setting). Empty values count as unset;
-    /// `InvalidInput` when neither is set.
+    /// `AzureWebJobsStorage` (the Functions host's setting), or else with the managed identity
+    /// of the identity-based `AzureWebJobsStorage__*` settings ([`identity`]). Empty values
+    /// count as unset; `InvalidInput` when none is set.
     pub fn from_env() -> StoreResult<AzureStore> {
         AzureStore::from_lookup(|var| std::env::var(var).ok())
     }
@@ -108,9 +150,14 @@ impl AzureStore {
                 });
             }
         }
+        if let Some(store) = AzureStore::from_identity_lookup(&lookup)? {
+            return Ok(store);
+        }
         Err(StoreError::InvalidInput(format!(
-            "no storage connection string: set {} (or {})",
-            CONNECTION_STRING_VARS[0], CONNECTION_STRING_VARS[1]
+            "no storage connection: set {} (or {}, or {}accountName for the managed identity)",
+            CONNECTION_STRING_VARS[0],
+            CONNECTION_STRING_VARS[1],
+            identity::PREFIX
         )))
     }
 
@@ -190,6 +237,20 @@ mod tests {
                 .to_string();
         assert!(bad.contains("AZURE_STORAGE_CONNECTION_STRING: connection string: AccountKey"), "{bad}");
         assert!(!bad.contains("zz secret"), "{bad}");
+
+        // No connection string: the identity-based settings, with the platform's endpoint.
+        let identity = AzureStore::from_lookup(env(&[
+            ("AzureWebJobsStorage__accountName", "acct1"),
+            ("IDENTITY_ENDPOINT", "http://127.0.0.1:9/msi/token"),
+            ("IDENTITY_HEADER", "h"),
+        ]))
+        .unwrap();
+        assert_eq!(identity.credential_kind(), CredentialKind::ManagedIdentity);
+        assert_eq!(identity.table_endpoint(), "https://acct1.table.core.windows.net/");
+        let outside = AzureStore::from_lookup(env(&[("AzureWebJobsStorage__accountName", "acct1")])).unwrap_err();
+        assert!(outside.to_string().contains("IDENTITY_ENDPOINT is not set"), "{outside}");
+        let nothing = AzureStore::from_lookup(env(&[])).unwrap_err();
+        assert!(nothing.to_string().contains("AzureWebJobsStorage__accountName"), "{nothing}");
     }
 
     #[test]
