@@ -4,6 +4,10 @@
 #   scripts/checker_long.sh local   [OPS] [SEED] [CLIENTS] [SHARDS]   # defaults: 100000 7 8 4
 #   scripts/checker_long.sh azurite [OPS] [SEED] [CLIENTS] [SHARDS]   # defaults: 20000 21 8 4
 #
+# Long runs check consistent reads and frozen racing pairs more sparsely than the bounded run
+# (TC_CHECKER_READS 0.01, TC_CHECKER_FROZEN 0.1 unless set), as each costs a client up to
+# seconds of waiting.
+#
 # SHARDS is the WAL shard count (TC_CHECKER_SHARDS: one count, or several separated by commas,
 # which then share the OPS). Prints a progress line every 30 s and, at the end, one summary
 # line (operations, faults injected, audit scans, violations) and one workload line per run
@@ -49,5 +53,6 @@ if [ "$backend" = azurite ]; then
 fi
 
 echo "checker_long: backend=$backend ops=$ops seed=$seed clients=$clients shards=$shards ($(nproc) CPUs, commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet HEAD 2>/dev/null || echo ', uncommitted changes'), binary $(basename "$exe"))"
+TC_CHECKER_READS="${TC_CHECKER_READS:-0.01}" TC_CHECKER_FROZEN="${TC_CHECKER_FROZEN:-0.1}" \
 TC_CHECKER_OPS="$ops" TC_CHECKER_SEED="$seed" TC_CHECKER_CLIENTS="$clients" TC_CHECKER_SHARDS="$shards" \
     TC_CHECKER_BACKEND="$backend" "$work/checker" --nocapture

@@ -20,7 +20,7 @@
 //! acknowledged before it began. With the catch-up removed (`Applier::catch_up` answering at
 //! once) seeds 1 and 2 fail (docs/RELIABILITY.md).
 //!
-//! Half of the racing pairs are frozen: the client holds the upsert's shard lease from before
+//! Half of the racing pairs (`TC_CHECKER_FROZEN`, default 0.5) are frozen: the client holds the upsert's shard lease from before
 //! the upsert until 300 ms after it, and logs the delete with `wait`, so the delete's instance
 //! applies shard 0 while the upsert is surely pending; the consistent read that follows shows
 //! a delete applied out of order even when a later write would hide it from the final state.
@@ -496,6 +496,7 @@ async fn check(backend: common::Backend, run: Run) {
             let mut rng = StdRng::seed_from_u64(seed ^ (client as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15));
             // Reads draw from their own stream, so the operations of a seed stay the same.
             let read_share = std::env::var("TC_CHECKER_READS").ok().and_then(|v| v.parse().ok()).unwrap_or(0.05);
+            let frozen_share = std::env::var("TC_CHECKER_FROZEN").ok().and_then(|v| v.parse().ok()).unwrap_or(0.5);
             let mut read_rng = StdRng::seed_from_u64(!seed ^ (client as u64 + 1).wrapping_mul(0x2545_F491_4F6C_DD1D));
             let mut left = n;
             while left > 0 {
@@ -517,7 +518,7 @@ async fn check(backend: common::Backend, run: Run) {
                     // barrier waits for the upsert; a broken one applies the delete first.
                     let paired = r.clone();
                     let shard = c.applier().shard_of(&u.row_key(&r));
-                    let mut frozen = match shard != ShardId::ZERO && rng.gen_bool(0.5) {
+                    let mut frozen = match shard != ShardId::ZERO && rng.gen_bool(frozen_share) {
                         true => c.wal().acquire_lease(shard).await.ok().flatten(),
                         false => None,
                     };
