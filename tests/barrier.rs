@@ -35,9 +35,9 @@ use table_catalog::faults;
 use table_catalog::query::Filter;
 use table_catalog::record::Record;
 use table_catalog::store::fault::{Fault, FaultStore, Gate, OpKind, Rule, Trigger};
-use table_catalog::store::layer::{Call, Layer, LayeredStore, Returned};
+use table_catalog::store::layer::LayeredStore;
 use table_catalog::store::local::LocalStore;
-use table_catalog::store::{Store, StoreResult};
+use table_catalog::store::Store;
 use table_catalog::verify;
 use table_catalog::wal::{ShardId, WalId};
 
@@ -255,25 +255,6 @@ async fn a_filter_entry_waits_for_a_frozen_shard_until_its_lease_expires() {
     }
 }
 
-/// Counts the queries addressed to the pending partitions of shards other than 0.
-struct OtherShardQueries(AtomicU64);
-
-impl Layer for OtherShardQueries {
-    async fn run<'a, T, F, Fut>(&'a self, call: Call<'a>, mut attempt: F) -> StoreResult<T>
-    where
-        T: Returned + Send + 'a,
-        F: FnMut() -> Fut + Send + 'a,
-        Fut: std::future::Future<Output = StoreResult<T>> + Send + 'a,
-    {
-        let shard0 = ShardId::ZERO.partition();
-        if call.op == OpKind::Query && call.partition_key.is_some_and(|p| p.starts_with(shard0.as_str()) && p != shard0)
-        {
-            self.0.fetch_add(1, Ordering::SeqCst);
-        }
-        attempt().await
-    }
-}
-
 /// A backlog of filter entries in shard 0 costs one barrier check per page, not one per
 /// entry (`barrier::PageClearance`): 20 deletes on 16 shards with nothing pending elsewhere
 /// cost 15 queries (one per other shard) instead of 300. Found by the long Azurite checker
@@ -282,7 +263,11 @@ impl Layer for OtherShardQueries {
 async fn a_page_of_filter_entries_checks_the_barrier_once() {
     let _turn = TURN.lock().await;
     let names = Names::new("barrierpage", None, None).unwrap();
-    let layer = OtherShardQueries(AtomicU64::new(0));
+    // The queries addressed to the pending partitions of shards other than 0.
+    let shard0 = ShardId::ZERO.partition();
+    let layer = common::CallCounter::new(move |call| {
+        call.op == OpKind::Query && call.partition_key.is_some_and(|p| p.starts_with(shard0.as_str()) && p != shard0)
+    });
     let store = Arc::new(LayeredStore::with_layer(Arc::new(LocalStore::in_memory().unwrap()), layer));
     let mut o = options(Duration::from_secs(30));
     o.wal.shards = 16;
@@ -291,9 +276,9 @@ async fn a_page_of_filter_entries_checks_the_barrier_once() {
         let w = c.delete(Filter::new(vec![("iata".into(), format!("Q{i:02}"))]), false).await.unwrap();
         assert_eq!(w.shard, Some(ShardId::ZERO));
     }
-    let before = store.layer().0.load(Ordering::SeqCst);
+    let before = store.layer().get();
     let outcome = c.applier().apply_shard(ShardId::ZERO).await.unwrap();
     assert_eq!(outcome, DrainOutcome::Drained { applied: 20 });
-    let queries = store.layer().0.load(Ordering::SeqCst) - before;
+    let queries = store.layer().get() - before;
     assert_eq!(queries, 15, "one barrier check (a query per other shard) for the page of 20 filter entries");
 }

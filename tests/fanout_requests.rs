@@ -2,7 +2,8 @@
 //! costs 1 request and a changed row at most 2 once the applier has seen what kind of rows it
 //! is writing, even with a cold row cache (a process that never saw the rows before).
 
-use std::sync::atomic::{AtomicU64, Ordering};
+mod common;
+
 use std::sync::Arc;
 
 use serde_json::json;
@@ -10,29 +11,8 @@ use table_catalog::catalog::{Catalog, CatalogOptions};
 use table_catalog::config::Names;
 use table_catalog::record::Record;
 use table_catalog::schema::Schema;
-use table_catalog::store::layer::{Call, Layer, LayeredStore, Returned};
+use table_catalog::store::layer::LayeredStore;
 use table_catalog::store::local::LocalStore;
-use table_catalog::store::StoreResult;
-
-/// Counts the requests addressed to one table.
-struct TableRequests {
-    table: String,
-    count: AtomicU64,
-}
-
-impl Layer for TableRequests {
-    async fn run<'a, T, F, Fut>(&'a self, call: Call<'a>, mut attempt: F) -> StoreResult<T>
-    where
-        T: Returned + Send + 'a,
-        F: FnMut() -> Fut + Send + 'a,
-        Fut: std::future::Future<Output = StoreResult<T>> + Send + 'a,
-    {
-        if call.target == self.table {
-            self.count.fetch_add(1, Ordering::SeqCst);
-        }
-        attempt().await
-    }
-}
 
 const RECORDS: usize = 60;
 const INDEXES: usize = 3;
@@ -46,7 +26,7 @@ fn airport(i: usize, elevation: i64) -> Record {
         .unwrap()
 }
 
-async fn open(store: Arc<LayeredStore<TableRequests>>, names: &Names) -> Catalog {
+async fn open(store: Arc<LayeredStore<common::CallCounter>>, names: &Names) -> Catalog {
     let mut opts = CatalogOptions::default();
     // One shard and one row at a time: the cost model is per row, and this makes the
     // warm-up exact.
@@ -57,18 +37,19 @@ async fn open(store: Arc<LayeredStore<TableRequests>>, names: &Names) -> Catalog
 }
 
 /// Catalog-table requests made by logging `records` and applying them.
-async fn cost(c: &Catalog, store: &LayeredStore<TableRequests>, records: Vec<Record>) -> u64 {
+async fn cost(c: &Catalog, store: &LayeredStore<common::CallCounter>, records: Vec<Record>) -> u64 {
     c.upsert_many(records, false).await.unwrap();
-    let before = store.layer().count.load(Ordering::SeqCst);
+    let before = store.layer().get();
     c.recover().await.unwrap();
     assert_eq!(c.status().await.unwrap().pending, 0);
-    store.layer().count.load(Ordering::SeqCst) - before
+    store.layer().get() - before
 }
 
 #[tokio::test]
 async fn new_rows_cost_one_request_and_changed_rows_two_with_a_cold_cache() {
     let names = Names::new("fanoutcost", None, None).unwrap();
-    let layer = TableRequests { table: names.table.clone(), count: AtomicU64::new(0) };
+    let table = names.table.clone();
+    let layer = common::CallCounter::new(move |call| call.target == table);
     let store = Arc::new(LayeredStore::with_layer(Arc::new(LocalStore::in_memory().unwrap()), layer));
     let rows = (RECORDS * INDEXES) as u64;
 

@@ -32,18 +32,6 @@ const CLIENT_ID: &str = "11111111-2222-3333-4444-555555555555";
 /// Token lifetime: short, so the run crosses several expiries.
 const TOKEN_SECS: i64 = 4;
 
-async fn wait_for<T, F: std::future::Future<Output = Option<T>>>(what: &str, mut probe: impl FnMut() -> F) -> T {
-    let polling = async {
-        loop {
-            if let Some(v) = probe().await {
-                return v;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    };
-    tokio::time::timeout(DEADLINE, polling).await.unwrap_or_else(|_| panic!("{what}: not within {DEADLINE:?}"))
-}
-
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
@@ -66,7 +54,7 @@ async fn start_azurite(bin: &PathBuf, cert: &PathBuf, key: &PathBuf) -> (Child, 
         .spawn()
         .expect("start azurite");
     for port in [q, t] {
-        wait_for("azurite listening", || async move {
+        common::wait_for("azurite listening", || async move {
             tokio::net::TcpStream::connect(("127.0.0.1", port)).await.ok().map(|_| ())
         })
         .await;
@@ -179,13 +167,13 @@ async fn serve_works_with_a_managed_identity_only() {
         {"icao": "KSFO", "iata": "SFO", "lid": "SFO", "name": "San Francisco International Airport"}});
     let text = table_catalog::messages::encode(&intent.to_string());
     store.put_message(&queue, &text, Duration::ZERO).await.expect("put the intent with a token");
-    let found = wait_for("the intent is applied", || async {
+    let found = common::wait_for("the intent is applied", || async {
         let found: Value = client.get(format!("{base}/api/records?iata=SFO")).send().await.ok()?.json().await.ok()?;
         found["records"].as_array().is_some_and(|r| !r.is_empty()).then_some(found)
     })
     .await;
     assert_eq!(found["records"][0]["icao"], "KSFO");
-    wait_for("no WAL entry pending", || async {
+    common::wait_for("no WAL entry pending", || async {
         let status: Value = client.get(format!("{base}/api/status")).send().await.ok()?.json().await.ok()?;
         (status["pending"] == 0).then_some(())
     })

@@ -12,19 +12,6 @@ use tokio::process::Command;
 /// Longest wait for each state below; only a broken or hung server reaches it.
 const DEADLINE: Duration = Duration::from_secs(60);
 
-/// Polls `probe` until it returns `Some`, failing with `what` after [`DEADLINE`].
-async fn wait_for<T, F: std::future::Future<Output = Option<T>>>(what: &str, mut probe: impl FnMut() -> F) -> T {
-    let polling = async {
-        loop {
-            if let Some(v) = probe().await {
-                return v;
-            }
-            tokio::time::sleep(Duration::from_millis(25)).await;
-        }
-    };
-    tokio::time::timeout(DEADLINE, polling).await.unwrap_or_else(|_| panic!("{what}: not within {DEADLINE:?}"))
-}
-
 #[tokio::test]
 async fn serve_applies_in_the_background_and_stops_cleanly_on_sigterm() {
     let dir = tempfile::tempdir().unwrap();
@@ -47,7 +34,7 @@ async fn serve_applies_in_the_background_and_stops_cleanly_on_sigterm() {
     let record = json!({"icao": "KJFK", "iata": "JFK", "lid": "JFK", "name": "John F Kennedy International Airport"});
     let resp = client.post(format!("{base}/api/records")).json(&record).send().await.unwrap();
     assert_eq!(resp.status(), 202);
-    let found = wait_for("the record is visible", || async {
+    let found = common::wait_for("the record is visible", || async {
         let found: Value = client.get(format!("{base}/api/records?lid=JFK")).send().await.ok()?.json().await.ok()?;
         found["records"].as_array().is_some_and(|r| !r.is_empty()).then_some(found)
     })
@@ -55,7 +42,7 @@ async fn serve_applies_in_the_background_and_stops_cleanly_on_sigterm() {
     assert_eq!(found["records"], json!([record]));
     // The worker removes the WAL entry only after writing every row, so the record can be
     // visible while the entry is still pending: wait for pending == 0 rather than snapshot it.
-    wait_for("no WAL entry pending", || async {
+    common::wait_for("no WAL entry pending", || async {
         let status: Value = client.get(format!("{base}/api/status")).send().await.ok()?.json().await.ok()?;
         (status["pending"] == 0).then_some(())
     })

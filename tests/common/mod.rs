@@ -92,3 +92,56 @@ pub async fn call(
         .unwrap_or_else(|_| serde_json::Value::String(String::from_utf8_lossy(&bytes).into_owned()));
     (status, value)
 }
+
+/// A store layer counting the calls `counts` selects (e.g. the requests to one table), for
+/// tests that count storage requests.
+pub struct CallCounter {
+    counts: Box<dyn Fn(&table_catalog::store::layer::Call<'_>) -> bool + Send + Sync>,
+    /// Calls counted so far.
+    pub count: std::sync::atomic::AtomicU64,
+}
+
+impl CallCounter {
+    /// Counts the calls for which `counts` is true.
+    pub fn new(counts: impl Fn(&table_catalog::store::layer::Call<'_>) -> bool + Send + Sync + 'static) -> CallCounter {
+        CallCounter { counts: Box::new(counts), count: std::sync::atomic::AtomicU64::new(0) }
+    }
+
+    /// Calls counted so far.
+    pub fn get(&self) -> u64 {
+        self.count.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+impl table_catalog::store::layer::Layer for CallCounter {
+    async fn run<'a, T, F, Fut>(
+        &'a self,
+        call: table_catalog::store::layer::Call<'a>,
+        mut attempt: F,
+    ) -> table_catalog::store::StoreResult<T>
+    where
+        T: table_catalog::store::layer::Returned + Send + 'a,
+        F: FnMut() -> Fut + Send + 'a,
+        Fut: std::future::Future<Output = table_catalog::store::StoreResult<T>> + Send + 'a,
+    {
+        if (self.counts)(&call) {
+            self.count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
+        attempt().await
+    }
+}
+
+/// Polls `probe` every 50 ms until it returns `Some`; fails naming `what` after 60 s (only a
+/// broken or hung system reaches that).
+pub async fn wait_for<T, F: std::future::Future<Output = Option<T>>>(what: &str, mut probe: impl FnMut() -> F) -> T {
+    const DEADLINE: std::time::Duration = std::time::Duration::from_secs(60);
+    let polling = async {
+        loop {
+            if let Some(v) = probe().await {
+                return v;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+    };
+    tokio::time::timeout(DEADLINE, polling).await.unwrap_or_else(|_| panic!("{what}: not within {DEADLINE:?}"))
+}
