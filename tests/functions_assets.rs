@@ -315,6 +315,7 @@ const HTTP_FUNCTIONS: &[(&str, &str, &[&str], &str)] = &[
     ("wal", "wal/{id}", &["get"], "function"),
     ("health", "health", &["get"], "anonymous"),
     ("status", "status", &["get"], "function"),
+    ("metrics", "metrics", &["get"], "function"),
 ];
 
 #[test]

@@ -10,6 +10,7 @@
 //! | `POST /api/records/batch[?wait=true]` | upsert a JSON array or JSON lines; one result per input |
 //! | `GET /api/wal/{id}` | `{id, state: pending|applied}` |
 //! | `GET /api/health`, `GET /api/status` | liveness; pending / oldest age / checkpoint / poison |
+//! | `GET /api/metrics` | operator metrics, Prometheus text ([`crate::metrics`]) |
 //!
 //! Errors are `{"error": {"code", "message"}}`: 400 bad input, 404, 409, 413 too large,
 //! 415 not JSON, 503 storage unavailable, 504 `wait` timed out (the write stays durable).
@@ -62,6 +63,7 @@ pub fn router(catalog: AppState) -> Router {
         .route("/api/wal/{id}", get(wal_state))
         .route("/api/health", get(|| async { Json(json!({"status": "ok"})) }))
         .route("/api/status", get(status))
+        .route("/api/metrics", get(metrics))
         .with_state(catalog)
 }
 
@@ -272,4 +274,9 @@ async fn wal_state(State(c): State<AppState>, Path(id): Path<String>) -> Result<
 
 async fn status(State(c): State<AppState>) -> Result<Response, ApiError> {
     Ok(Json(c.status().await?).into_response())
+}
+
+async fn metrics(State(c): State<AppState>) -> Result<Response, ApiError> {
+    let text = c.metrics_text().await?;
+    Ok(([(axum::http::header::CONTENT_TYPE, crate::metrics::CONTENT_TYPE)], text).into_response())
 }
