@@ -454,6 +454,16 @@ impl Catalog {
     /// never succeed is put on the poison queue with its reason and reported as
     /// [`MessageOutcome::Poisoned`]; a transient failure is an `Err` (retry the message).
     pub async fn process_message(&self, text: &str, message_id: &str, dequeue_count: u32) -> Result<MessageOutcome> {
+        let result = self.handle_message(text, message_id, dequeue_count).await;
+        match &result {
+            Ok(MessageOutcome::Poisoned { .. }) => self.apply_metrics.poisoned(),
+            Err(_) => self.apply_metrics.retried(),
+            Ok(MessageOutcome::Applied { .. }) => {}
+        }
+        result
+    }
+
+    async fn handle_message(&self, text: &str, message_id: &str, dequeue_count: u32) -> Result<MessageOutcome> {
         let parsed = messages::parse(text).and_then(|m| match m {
             Message::Hint(h) => match ShardId::from_partition(&h.shard) {
                 Some(shard) => Ok((shard, None)),

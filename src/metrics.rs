@@ -11,6 +11,8 @@
 //! | `tablecatalog_apply_entries_total` | counter | entries applied (or moved aside as dead) by this process | rate 0 while pending > 0 |
 //! | `tablecatalog_apply_passes_total` | counter | apply passes run by this process (not `Busy` ones) | |
 //! | `tablecatalog_apply_duration_seconds` | histogram | seconds per apply pass | p99 near `apply_budget` |
+//! | `tablecatalog_apply_retries_total` | counter | apply-queue messages that failed transiently (redelivered by the host or `serve`'s worker) | sustained rate |
+//! | `tablecatalog_poisoned_messages_total` | counter | messages this process moved to the poison queue | any increase |
 //! | `tablecatalog_storage_requests_total{op,outcome}` | counter | storage requests ([`crate::store::counting`]) | `outcome="unavailable"` rate: throttling |
 //! | `tablecatalog_storage_conflicts_total{status}` | counter | requests answered 409 (`status="409"`) or 412 (`status="412"`) | sustained 412 rate: contention |
 //!
@@ -22,8 +24,8 @@
 //! metadata request (`2 * shards + 2` storage requests, more when a shard's backlog or the
 //! dead partition spans several pages of 1,000 keys).
 //!
-//! Not yet exported: retries inside the Azure backend's retry layer (`src/store/azure/retry.rs`)
-//! are counted once per call, so `outcome="unavailable"` counts calls whose last attempt failed.
+//! Not exported: attempts inside the Azure backend's retry layer (`src/store/azure/retry.rs`);
+//! a storage call counts once, so `outcome="unavailable"` counts calls whose last attempt failed.
 
 use std::time::Duration;
 
@@ -46,6 +48,8 @@ pub struct ApplyMetrics {
     entries: Counter,
     passes: Counter,
     duration: Histogram,
+    retries: Counter,
+    poisoned: Counter,
 }
 
 impl Default for ApplyMetrics {
@@ -55,6 +59,8 @@ impl Default for ApplyMetrics {
             passes: Counter::default(),
             // 1 ms .. ~33 s, doubling.
             duration: Histogram::new(exponential_buckets(0.001, 2.0, 16)),
+            retries: Counter::default(),
+            poisoned: Counter::default(),
         }
     }
 }
@@ -67,6 +73,17 @@ impl ApplyMetrics {
         self.entries.inc_by(applied as u64);
         self.duration.observe(elapsed.as_secs_f64());
         tracing::info!(shard, applied, duration_ms = elapsed.as_millis() as u64, outcome, "apply pass");
+    }
+
+    /// Counts an apply-queue message that failed transiently (it will be delivered again).
+    pub fn retried(&self) {
+        self.retries.inc();
+    }
+
+    /// Counts a message moved to the poison queue (its reason is logged by
+    /// [`crate::Catalog::poison`]).
+    pub fn poisoned(&self) {
+        self.poisoned.inc();
     }
 }
 
@@ -97,6 +114,12 @@ pub fn render(status: &Status, apply: &ApplyMetrics) -> Result<String, std::fmt:
     reg.register("apply_entries", "WAL entries applied by this process", apply.entries.clone());
     reg.register("apply_passes", "Apply passes run by this process", apply.passes.clone());
     reg.register("apply_duration_seconds", "Duration of one apply pass", apply.duration.clone());
+    reg.register(
+        "apply_retries",
+        "Apply-queue messages that failed transiently and will be retried",
+        apply.retries.clone(),
+    );
+    reg.register("poisoned_messages", "Messages this process moved to the poison queue", apply.poisoned.clone());
 
     if let Some(req) = &status.requests {
         let requests = Family::<Vec<(String, String)>, Counter>::default();
