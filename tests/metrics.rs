@@ -11,7 +11,7 @@ use axum::http::StatusCode;
 use serde_json::{json, Value};
 use table_catalog::names::Names;
 use table_catalog::store::counting::CountingStore;
-use table_catalog::store::fault::{unavailable, Fault, FaultStore, OpKind, Rule, Trigger};
+use table_catalog::store::fault::{unavailable, Fault, FaultStore, Rule, Trigger};
 use table_catalog::store::{Entity, IfMatch, Store, StoreError, TableStore};
 use table_catalog::{Catalog, CatalogOptions};
 
@@ -89,9 +89,7 @@ async fn metrics_move_with_writes_applies_conflicts_and_faults() {
 
         // Injected faults: every WAL request fails with 503 once, so handling a hint fails and
         // will be retried; the failed requests are counted as `unavailable`.
-        faults.add(
-            Rule::new(&[OpKind::Query, OpKind::Get], Trigger::Always, Fault::Fail(unavailable())).on(&names.wal_table),
-        );
+        faults.add(Rule::new(&[], Trigger::Always, Fault::Fail(unavailable())).on(&names.wal_table));
         let hint = table_catalog::messages::hint_json("wal", "0");
         assert!(catalog.process_message(&hint, "m-retry", 1).await.is_err());
         faults.clear();
