@@ -46,7 +46,7 @@ async fn metrics_move_with_writes_applies_conflicts_and_faults() {
         let catalog = Catalog::open(Arc::new(counting), names.clone(), airports_schema(), CatalogOptions::default())
             .await
             .unwrap()
-            .with_request_counts(counts);
+            .with_request_counts(counts.clone());
         let catalog = Arc::new(catalog);
         let app = table_catalog::http::router(catalog.clone());
 
@@ -55,6 +55,14 @@ async fn metrics_move_with_writes_applies_conflicts_and_faults() {
         assert!(m0.contains("# TYPE tablecatalog_apply_duration_seconds histogram"), "{m0}");
         let requests0 = metric(&m0, "tablecatalog_storage_requests_total", &[]);
         assert!(requests0 > 0.0, "opening the catalog made requests: {m0}");
+
+        // What one scrape costs in storage requests (documented in README.md, Metrics).
+        let before = counts.snapshot();
+        let m = scrape(&app).await;
+        let cost = counts.snapshot().since(&before).total;
+        let shards = m.lines().filter(|l| l.starts_with("tablecatalog_wal_pending{")).count() as u64;
+        eprintln!("{backend:?}: one scrape with {shards} WAL shard(s) cost {cost} storage requests");
+        assert_eq!(cost, 2 * shards + 3, "{m}");
 
         // A write applied before the answer: one apply pass, one entry, a duration sample.
         let jfk = json!({"icao": "KJFK", "iata": "JFK", "name": "John F Kennedy International Airport"});
