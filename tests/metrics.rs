@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 use table_catalog::names::Names;
 use table_catalog::store::counting::CountingStore;
 use table_catalog::store::fault::{unavailable, Fault, FaultStore, Rule, Trigger};
-use table_catalog::store::{Entity, IfMatch, StoreError, TableStore};
+use table_catalog::store::{Entity, IfMatch, StoreError};
 use table_catalog::{Catalog, CatalogOptions};
 
 use common::{airports_schema, backends, call, store, unique_name};
