@@ -146,6 +146,8 @@ pub struct Catalog {
     hints: Hinter,
     /// Counters of the store's requests, reported by `status`.
     requests: Option<Arc<RequestCounts>>,
+    /// Apply counters of this catalog, rendered by [`Catalog::metrics_text`].
+    apply_metrics: crate::metrics::ApplyMetrics,
 }
 
 impl std::fmt::Debug for Catalog {
@@ -166,7 +168,7 @@ impl Catalog {
         store.create_queue(&names.poison_queue).await?;
         let work = Arc::new(tokio::sync::Notify::new());
         let hints = Hinter::new(store.clone(), names.queue.clone(), work.clone());
-        Ok(Catalog { store, wal, applier, names, opts, work, hints, requests: None })
+        Ok(Catalog { store, wal, applier, names, opts, work, hints, requests: None, apply_metrics: Default::default() })
     }
 
     /// Reports `counts` in [`Catalog::status`] (builder style). Pass the counters of the
@@ -323,8 +325,10 @@ impl Catalog {
         let deadline = Instant::now() + self.opts.wait_timeout;
         let mut delay = Duration::from_millis(5);
         loop {
-            let _ =
+            let started = Instant::now();
+            let outcome =
                 self.applier.apply_shard_by(shard, deadline.min(Instant::now() + self.opts.wal.apply_budget)).await?;
+            self.record_apply(&shard.partition(), &outcome, started);
             if !self.wal.is_pending(shard, id).await? {
                 return match self.wal.dead_reason(id).await? {
                     None => Ok(true),
@@ -452,7 +456,29 @@ impl Catalog {
     /// Applies every pending entry of every shard now (the `recover` of the product
     /// description).
     pub async fn recover(&self) -> Result<DrainOutcome> {
-        self.applier.apply_all().await
+        let started = Instant::now();
+        let outcome = self.applier.apply_all().await?;
+        self.record_apply("all", &outcome, started);
+        Ok(outcome)
+    }
+
+    /// Counts and logs one apply pass that started at `started` (a `Busy` pass applied
+    /// nothing here and is not counted).
+    fn record_apply(&self, shard: &str, outcome: &DrainOutcome, started: Instant) {
+        let (applied, what) = match outcome {
+            DrainOutcome::Drained { applied } => (*applied, "drained"),
+            DrainOutcome::Partial { applied } => (*applied, "partial"),
+            DrainOutcome::Busy => return,
+        };
+        self.apply_metrics.record_pass(shard, applied, started.elapsed(), what);
+    }
+
+    /// The operator metrics in the Prometheus text format (see [`crate::metrics`] for the
+    /// names, and for what one call costs in storage requests: it reads [`Catalog::status`]).
+    pub async fn metrics_text(&self) -> Result<String> {
+        let status = self.status().await?;
+        crate::metrics::render(&status, &self.apply_metrics)
+            .map_err(|e| Error::Invalid(format!("metrics: rendering failed: {e}")))
     }
 
     /// Pending entries, oldest pending age, checkpoint, poison and dead counts, and the
@@ -490,6 +516,16 @@ impl Catalog {
     /// never succeed is put on the poison queue with its reason and reported as
     /// [`MessageOutcome::Poisoned`]; a transient failure is an `Err` (retry the message).
     pub async fn process_message(&self, text: &str, message_id: &str, dequeue_count: u32) -> Result<MessageOutcome> {
+        let result = self.handle_message(text, message_id, dequeue_count).await;
+        match &result {
+            Ok(MessageOutcome::Poisoned { .. }) => self.apply_metrics.poisoned(),
+            Err(_) => self.apply_metrics.retried(),
+            Ok(MessageOutcome::Applied { .. }) => {}
+        }
+        result
+    }
+
+    async fn handle_message(&self, text: &str, message_id: &str, dequeue_count: u32) -> Result<MessageOutcome> {
         let parsed = messages::parse(text).and_then(|m| match m {
             Message::Hint(h) => match ShardId::from_partition(&h.shard) {
                 Some(shard) => Ok((shard, None)),
@@ -522,7 +558,10 @@ impl Catalog {
             Some(op) => Some(self.wal.append_intent(op, message_id).await?.to_string()),
             None => None,
         };
-        if let DrainOutcome::Partial { .. } = self.applier.apply_shard(shard).await? {
+        let started = Instant::now();
+        let outcome = self.applier.apply_shard(shard).await?;
+        self.record_apply(&shard.partition(), &outcome, started);
+        if let DrainOutcome::Partial { .. } = outcome {
             // Out of time with entries still pending: hand the rest to the next invocation.
             if let Some(oldest) = self.wal.oldest_pending(shard).await? {
                 self.hint(shard, &oldest);

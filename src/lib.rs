@@ -17,6 +17,7 @@ pub mod config;
 pub mod faults;
 pub mod hinter;
 pub mod messages;
+pub mod metrics;
 pub mod names;
 pub mod query;
 pub mod wal;

@@ -317,6 +317,7 @@ const HTTP_FUNCTIONS: &[(&str, &str, &[&str], &str)] = &[
     ("wal_redrive", "wal/dead/redrive", &["post"], "function"),
     ("health", "health", &["get"], "anonymous"),
     ("status", "status", &["get"], "function"),
+    ("metrics", "metrics", &["get"], "function"),
 ];
 
 #[test]

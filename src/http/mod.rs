@@ -12,6 +12,7 @@
 //! | `GET /api/wal/dead[?limit&continuation]` | dead entries with the reason each died |
 //! | `POST /api/wal/dead/redrive[?id=ID]` | move one dead entry (or all) back to pending |
 //! | `GET /api/health`, `GET /api/status` | liveness; pending / oldest age / checkpoint / poison |
+//! | `GET /api/metrics` | operator metrics, Prometheus text ([`crate::metrics`]) |
 //!
 //! Errors are `{"error": {"code", "message"}}`: 400 bad input, 404, 409, 413 too large,
 //! 415 not JSON, 503 storage unavailable, 504 `wait` timed out (the write stays durable).
@@ -66,6 +67,7 @@ pub fn router(catalog: AppState) -> Router {
         .route("/api/wal/{id}", get(wal_state))
         .route("/api/health", get(|| async { Json(json!({"status": "ok"})) }))
         .route("/api/status", get(status))
+        .route("/api/metrics", get(metrics))
         .with_state(catalog)
 }
 
@@ -318,4 +320,9 @@ async fn redrive(State(c): State<AppState>, RawQuery(q): RawQuery) -> Result<Res
 
 async fn status(State(c): State<AppState>) -> Result<Response, ApiError> {
     Ok(Json(c.status().await?).into_response())
+}
+
+async fn metrics(State(c): State<AppState>) -> Result<Response, ApiError> {
+    let text = c.metrics_text().await?;
+    Ok(([(axum::http::header::CONTENT_TYPE, crate::metrics::CONTENT_TYPE)], text).into_response())
 }

@@ -1,0 +1,115 @@
+//! `GET /api/metrics` end to end, on every backend: the counters move as writes, applies,
+//! storage conflicts and injected faults happen (feature `fault-injection`).
+#![cfg(feature = "fault-injection")]
+
+mod common;
+
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::http::StatusCode;
+use serde_json::{json, Value};
+use table_catalog::names::Names;
+use table_catalog::store::counting::CountingStore;
+use table_catalog::store::fault::{unavailable, Fault, FaultStore, Rule, Trigger};
+use table_catalog::store::{Entity, IfMatch, StoreError};
+use table_catalog::{Catalog, CatalogOptions};
+
+use common::{airports_schema, backends, call, store, unique_name};
+
+/// Sum of the samples of `name` whose labels contain every `labels` item (e.g. `op="insert"`).
+fn metric(text: &str, name: &str, labels: &[&str]) -> f64 {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter(|l| l.split(['{', ' ']).next() == Some(name))
+        .filter(|l| labels.iter().all(|want| l.contains(want)))
+        .map(|l| l.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()).unwrap_or(f64::NAN))
+        .sum()
+}
+
+async fn scrape(app: &axum::Router) -> String {
+    let (s, body) = call(app, "GET", "/api/metrics", None, Body::empty()).await;
+    assert_eq!(s, StatusCode::OK, "{body}");
+    match body {
+        Value::String(text) => text,
+        other => panic!("metrics are not text: {other}"),
+    }
+}
+
+#[tokio::test]
+async fn metrics_move_with_writes_applies_conflicts_and_faults() {
+    for backend in backends() {
+        let faults = Arc::new(FaultStore::new(store(backend), 7));
+        let counting = CountingStore::new(faults.clone());
+        let counts = counting.counts().clone();
+        let names = Names::new(&unique_name("t"), None, None).unwrap();
+        let catalog = Catalog::open(Arc::new(counting), names.clone(), airports_schema(), CatalogOptions::default())
+            .await
+            .unwrap()
+            .with_request_counts(counts.clone());
+        let catalog = Arc::new(catalog);
+        let app = table_catalog::http::router(catalog.clone());
+
+        let m0 = scrape(&app).await;
+        assert_eq!(metric(&m0, "tablecatalog_apply_entries_total", &[]), 0.0, "{m0}");
+        assert!(m0.contains("# TYPE tablecatalog_apply_duration_seconds histogram"), "{m0}");
+        let requests0 = metric(&m0, "tablecatalog_storage_requests_total", &[]);
+        assert!(requests0 > 0.0, "opening the catalog made requests: {m0}");
+
+        // What one scrape costs in storage requests (documented in README.md, Metrics).
+        let before = counts.snapshot();
+        let m = scrape(&app).await;
+        let cost = counts.snapshot().since(&before).total;
+        let shards = m.lines().filter(|l| l.starts_with("tablecatalog_wal_pending{")).count() as u64;
+        eprintln!("{backend:?}: one scrape with {shards} WAL shard(s) cost {cost} storage requests");
+        assert_eq!(cost, 2 * shards + 3, "{m}");
+
+        // A write applied before the answer: one apply pass, one entry, a duration sample.
+        let jfk = json!({"icao": "KJFK", "iata": "JFK", "name": "John F Kennedy International Airport"});
+        let (s, body) = call(&app, "POST", "/api/records?wait=true", Some("application/json"), jfk.to_string()).await;
+        assert_eq!(s, StatusCode::CREATED, "{backend:?} {body}");
+        let m1 = scrape(&app).await;
+        assert!(metric(&m1, "tablecatalog_apply_entries_total", &[]) >= 1.0, "{backend:?} {m1}");
+        assert!(metric(&m1, "tablecatalog_apply_passes_total", &[]) >= 1.0, "{backend:?} {m1}");
+        assert!(metric(&m1, "tablecatalog_apply_duration_seconds_count", &[]) >= 1.0, "{backend:?} {m1}");
+        assert!(metric(&m1, "tablecatalog_storage_requests_total", &[]) > requests0, "{m1}");
+        assert_eq!(metric(&m1, "tablecatalog_wal_pending", &[]), 0.0, "{m1}");
+        assert_eq!(metric(&m1, "tablecatalog_wal_oldest_pending_age_seconds", &[]), 0.0, "{m1}");
+
+        // Real 409 and 412 answers of the store, through the catalog's (counting) store.
+        let conflicts409 = metric(&m1, "tablecatalog_storage_conflicts_total", &["status=\"409\""]);
+        let conflicts412 = metric(&m1, "tablecatalog_storage_conflicts_total", &["status=\"412\""]);
+        let t = unique_name("m");
+        let st = catalog.store();
+        st.create_table(&t).await.unwrap();
+        let v1 = st.insert(&t, &Entity::new("p", "r")).await.unwrap();
+        assert!(matches!(st.insert(&t, &Entity::new("p", "r")).await, Err(StoreError::AlreadyExists(_))));
+        st.upsert(&t, &Entity::new("p", "r")).await.unwrap();
+        let stale = st.replace(&t, &Entity::new("p", "r"), &IfMatch::Etag(v1)).await;
+        assert!(matches!(stale, Err(StoreError::PreconditionFailed(_))), "{stale:?}");
+        let m2 = scrape(&app).await;
+        assert_eq!(metric(&m2, "tablecatalog_storage_conflicts_total", &["status=\"409\""]), conflicts409 + 1.0);
+        assert_eq!(metric(&m2, "tablecatalog_storage_conflicts_total", &["status=\"412\""]), conflicts412 + 1.0);
+        assert!(metric(&m2, "tablecatalog_storage_requests_total", &["op=\"insert\"", "outcome=\"conflict\""]) >= 1.0);
+        assert!(
+            metric(&m2, "tablecatalog_storage_requests_total", &["op=\"replace\"", "outcome=\"precondition\""]) >= 1.0
+        );
+
+        // Injected faults: every WAL request fails with 503 once, so handling a hint fails and
+        // will be retried; the failed requests are counted as `unavailable`.
+        faults.add(Rule::new(&[], Trigger::Always, Fault::Fail(unavailable())).on(&names.wal_table));
+        let hint = table_catalog::messages::hint_json("wal", "0");
+        assert!(catalog.process_message(&hint, "m-retry", 1).await.is_err());
+        faults.clear();
+        let m3 = scrape(&app).await;
+        assert_eq!(metric(&m3, "tablecatalog_apply_retries_total", &[]), 1.0, "{m3}");
+        assert!(metric(&m3, "tablecatalog_storage_requests_total", &["outcome=\"unavailable\""]) >= 1.0, "{m3}");
+
+        // A message that can never succeed is poisoned and counted.
+        let out = catalog.process_message("not json", "m-poison", 1).await.unwrap();
+        assert!(matches!(out, table_catalog::catalog::MessageOutcome::Poisoned { .. }));
+        let m4 = scrape(&app).await;
+        assert_eq!(metric(&m4, "tablecatalog_poisoned_messages_total", &[]), 1.0, "{m4}");
+        assert!(metric(&m4, "tablecatalog_poison_queue_depth", &[]) >= 1.0, "{m4}");
+    }
+}
