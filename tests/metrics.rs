@@ -11,7 +11,7 @@ use axum::http::StatusCode;
 use serde_json::{json, Value};
 use table_catalog::names::Names;
 use table_catalog::store::counting::CountingStore;
-use table_catalog::store::fault::{unavailable, Fault, FaultStore, Rule, Trigger};
+use table_catalog::store::fault::{unavailable, Fault, FaultStore, OpKind, Rule, Trigger};
 use table_catalog::store::{Entity, IfMatch, StoreError};
 use table_catalog::{Catalog, CatalogOptions};
 
@@ -93,6 +93,38 @@ async fn metrics_move_with_writes_applies_conflicts_and_faults() {
         assert!(metric(&m2, "tablecatalog_storage_requests_total", &["op=\"insert\"", "outcome=\"conflict\""]) >= 1.0);
         assert!(
             metric(&m2, "tablecatalog_storage_requests_total", &["op=\"replace\"", "outcome=\"precondition\""]) >= 1.0
+        );
+
+        // Injected 409 and 412 (fault rules below the counting layer) count the same way.
+        faults.add(
+            Rule::new(
+                &[OpKind::Insert],
+                Trigger::Nth(1),
+                Fault::Fail(StoreError::AlreadyExists("injected 409".into())),
+            )
+            .on(&t),
+        );
+        faults.add(
+            Rule::new(
+                &[OpKind::Replace],
+                Trigger::Nth(1),
+                Fault::Fail(StoreError::PreconditionFailed("injected 412".into())),
+            )
+            .on(&t),
+        );
+        assert!(st.insert(&t, &Entity::new("p", "q")).await.is_err());
+        assert!(st.replace(&t, &Entity::new("p", "r"), &IfMatch::Any).await.is_err());
+        faults.clear();
+        let m2b = scrape(&app).await;
+        assert_eq!(
+            metric(&m2b, "tablecatalog_storage_conflicts_total", &["status=\"409\""]),
+            conflicts409 + 2.0,
+            "{m2b}"
+        );
+        assert_eq!(
+            metric(&m2b, "tablecatalog_storage_conflicts_total", &["status=\"412\""]),
+            conflicts412 + 2.0,
+            "{m2b}"
         );
 
         // Injected faults: every WAL request fails with 503 once, so handling a hint fails and
