@@ -20,6 +20,7 @@ pub mod messages;
 pub mod metrics;
 pub mod names;
 pub mod query;
+pub mod scan;
 pub mod wal;
 pub use catalog::{Catalog, CatalogOptions};
 pub use config::Config;
