@@ -23,7 +23,7 @@ use crate::query::{self, Filter, ResultPage};
 use crate::record::{self, Record};
 use crate::schema::{RecordKeys, Schema};
 use crate::store::counting::{RequestCounts, RequestSnapshot};
-use crate::store::{Store, StoreError, MAX_PAGE};
+use crate::store::{Store, MAX_PAGE};
 use crate::wal::{DeadPage, Op, ShardId, Wal, WalId, WalOptions};
 
 /// Tunables of a catalog.
@@ -35,9 +35,6 @@ pub struct CatalogOptions {
     pub wait_timeout: Duration,
     /// The sweeper applies entries pending longer than this.
     pub sweep_apply_after: Duration,
-    /// Deliveries of a failing queue message before it goes to the poison queue (the
-    /// Functions default, host.json `maxDequeueCount`, is 5).
-    pub max_dequeue_count: u32,
     /// Longest a consistent read ([`Catalog::query_consistent`]) applies pending entries
     /// before it gives up with [`Error::Busy`].
     pub consistent_timeout: Duration,
@@ -49,7 +46,6 @@ impl Default for CatalogOptions {
             wal: WalOptions::default(),
             wait_timeout: Duration::from_secs(30),
             sweep_apply_after: Duration::from_secs(30),
-            max_dequeue_count: 5,
             consistent_timeout: Duration::from_secs(2),
         }
     }
@@ -126,8 +122,9 @@ pub enum MessageOutcome {
         /// The WAL id of a logged intent.
         id: Option<String>,
     },
-    /// The message can never succeed; it was put on the poison queue with this reason.
-    Poisoned {
+    /// The message can never succeed (the dispatcher puts it on the poison queue with this
+    /// reason; see [`crate::dispatch`]).
+    Rejected {
         /// Why.
         reason: String,
     },
@@ -512,20 +509,21 @@ impl Catalog {
     }
 
     /// Handles one apply-queue message (decoded text, i.e. after Base64). Hints apply the
-    /// shard they name; intents are logged once per `message_id` (in shard 0) and applied. A message that can
-    /// never succeed is put on the poison queue with its reason and reported as
-    /// [`MessageOutcome::Poisoned`]; a transient failure is an `Err` (retry the message).
-    pub async fn process_message(&self, text: &str, message_id: &str, dequeue_count: u32) -> Result<MessageOutcome> {
-        let result = self.handle_message(text, message_id, dequeue_count).await;
+    /// shard they name; intents are logged once per `message_id` (in shard 0) and applied. A
+    /// message that can never succeed is reported as [`MessageOutcome::Rejected`] with its
+    /// reason, having written nothing; a transient failure is an `Err` (retry the message).
+    /// Queue transport (decoding, poisoning, retries) is [`crate::dispatch`]'s.
+    pub async fn process_message(&self, text: &str, message_id: &str) -> Result<MessageOutcome> {
+        let result = self.handle_message(text, message_id).await;
         match &result {
-            Ok(MessageOutcome::Poisoned { .. }) => self.apply_metrics.poisoned(),
+            Ok(MessageOutcome::Rejected { .. }) => self.apply_metrics.poisoned(),
             Err(_) => self.apply_metrics.retried(),
             Ok(MessageOutcome::Applied { .. }) => {}
         }
         result
     }
 
-    async fn handle_message(&self, text: &str, message_id: &str, dequeue_count: u32) -> Result<MessageOutcome> {
+    async fn handle_message(&self, text: &str, message_id: &str) -> Result<MessageOutcome> {
         let parsed = messages::parse(text).and_then(|m| match m {
             Message::Hint(h) => match ShardId::from_partition(&h.shard) {
                 Some(shard) => Ok((shard, None)),
@@ -549,9 +547,7 @@ impl Catalog {
         let (shard, op) = match parsed {
             Ok(parsed) => parsed,
             Err(e) => {
-                let reason = e.to_string();
-                self.poison(text, message_id, dequeue_count, &reason).await?;
-                return Ok(MessageOutcome::Poisoned { reason });
+                return Ok(MessageOutcome::Rejected { reason: e.to_string() });
             }
         };
         let id = match op {
@@ -568,30 +564,6 @@ impl Catalog {
             }
         }
         Ok(MessageOutcome::Applied { id })
-    }
-
-    /// Puts a message on the poison queue with the reason it failed.
-    pub async fn poison(&self, text: &str, message_id: &str, dequeue_count: u32, reason: &str) -> Result<()> {
-        tracing::warn!(message_id, dequeue_count, reason, "message moved to the poison queue");
-        let body = serde_json::json!({
-            "reason": reason,
-            "message_id": message_id,
-            "dequeue_count": dequeue_count,
-            "message": text.chars().take(40_000).collect::<String>(),
-        });
-        let encoded = messages::encode(&body.to_string());
-        match self.store.put_message(&self.names.poison_queue, &encoded, Duration::ZERO).await {
-            Ok(_) => Ok(()),
-            Err(StoreError::InvalidInput(_)) => {
-                let short =
-                    serde_json::json!({"reason": reason, "message_id": message_id, "message": "(too large to copy)"});
-                self.store
-                    .put_message(&self.names.poison_queue, &messages::encode(&short.to_string()), Duration::ZERO)
-                    .await?;
-                Ok(())
-            }
-            Err(e) => Err(e.into()),
-        }
     }
 
     /// Options in force.

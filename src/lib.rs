@@ -14,6 +14,7 @@ pub use error::{Error, Result};
 pub mod apply;
 pub mod catalog;
 pub mod config;
+pub mod dispatch;
 pub mod faults;
 pub mod hinter;
 pub mod messages;
