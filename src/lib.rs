@@ -26,5 +26,6 @@ pub use catalog::{Catalog, CatalogOptions};
 pub use config::Config;
 pub mod http;
 pub mod import;
+pub mod jobs;
 pub mod server;
 pub mod verify;

@@ -56,6 +56,11 @@ pub trait Handler: Send + Sync {
     /// Handles one delivery. `Err` means "may succeed later": the message is retried.
     async fn handle(&self, delivery: Delivery<'_>) -> Result<Handled>;
 
+    /// Called once a message is given up on: it failed `maxDequeueCount` times (its last
+    /// failing delivery), so the host or the worker moves it to the poison queue with
+    /// `reason`. Lets the handler record the failure where users look (e.g. a job's state).
+    async fn on_poisoned(&self, _delivery: Delivery<'_>, _reason: &str) {}
+
     /// Notified when new work was put on the queue by this process, so an in-process worker
     /// receives at once instead of at its next poll. `None`: poll only.
     fn wake(&self) -> Option<&tokio::sync::Notify> {
@@ -122,7 +127,13 @@ impl Dispatcher {
                 self.poison(delivery.text, delivery.id, delivery.dequeue_count, &reason).await?;
                 Ok(Disposition::Poisoned(reason))
             }
-            Err(e) => Ok(Disposition::Retry(e.to_string())),
+            Err(e) => {
+                if delivery.dequeue_count >= self.policy.max_dequeue_count {
+                    let reason = format!("failed {} times; last error: {e}", delivery.dequeue_count);
+                    self.handler.on_poisoned(delivery, &reason).await;
+                }
+                Ok(Disposition::Retry(e.to_string()))
+            }
         }
     }
 
@@ -134,6 +145,10 @@ impl Dispatcher {
         let max = self.policy.max_dequeue_count;
         let disposition = if m.dequeue_count > max {
             let reason = format!("delivered {} times, more than maxDequeueCount {max}", m.dequeue_count);
+            if let Ok(text) = messages::decode(&m.text) {
+                let delivery = Delivery { text: &text, id: &m.id, dequeue_count: m.dequeue_count };
+                self.handler.on_poisoned(delivery, &reason).await;
+            }
             self.poison_or_retry(&m.text, &m.id, m.dequeue_count, reason).await
         } else {
             match messages::decode(&m.text) {
