@@ -74,7 +74,10 @@ async fn raw_rows(store: &dyn TableStore, table: &str) -> Vec<Entity> {
 fn forms(i: usize) -> Vec<String> {
     let s = ssn(i);
     let lower = s.to_lowercase();
-    vec![s, table_catalog::keys::escape_key(&lower), lower]
+    let mut forms = vec![s, table_catalog::keys::escape_key(&lower), lower];
+    forms.sort();
+    forms.dedup();
+    forms
 }
 
 fn strings_of(e: &Entity) -> Vec<String> {
@@ -135,6 +138,7 @@ async fn no_plaintext_ssn_in_the_raw_table(backend: common::Backend, redact: boo
     c.recover().await.unwrap();
 
     let rows = raw_rows(reader.as_ref(), &c.names().table).await;
+    assert_eq!(leaks(&rows, false), Vec::<String>::new(), "{ctx}: plaintext SSN in a PartitionKey or RowKey");
     let ssn_rows: Vec<&Entity> = rows.iter().filter(|e| e.partition_key.starts_with("3_ssn")).collect();
     assert_eq!(rows.len(), 3 * RECORDS, "{ctx}: three index rows per record (the deleted one as tombstones)");
     assert_eq!(ssn_rows.len(), RECORDS, "{ctx}");
@@ -142,7 +146,6 @@ async fn no_plaintext_ssn_in_the_raw_table(backend: common::Backend, redact: boo
         let hex = &e.partition_key["3_ssn".len()..];
         assert!(hex.len() == 64 && hex.bytes().all(|b| b.is_ascii_hexdigit()), "{ctx}: {}", e.partition_key);
     }
-    assert_eq!(leaks(&rows, false), Vec::<String>::new(), "{ctx}: plaintext SSN in a PartitionKey or RowKey");
     if redact {
         assert_eq!(leaks(&rows, true), Vec::<String>::new(), "{ctx}: plaintext SSN in a row property");
     } else {
