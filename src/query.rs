@@ -160,7 +160,9 @@ fn live_match(schema: &Schema, filter: &Filter, e: &Entity) -> Option<Found> {
     if !filter.in_sort_range(&e.row_key) {
         return None;
     }
-    record::from_entity(e).filter(|r| filter.matches(schema, r)).map(|record| Found { record, row_key: e.row_key.clone() })
+    record::from_entity(e)
+        .filter(|r| filter.matches(schema, r))
+        .map(|record| Found { record, row_key: e.row_key.clone() })
 }
 
 /// True when every RowKey of `range` is at or below `row_key` (UTF-16 order, as the service

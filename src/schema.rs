@@ -62,7 +62,12 @@ impl Schema {
     /// the row-key field (its value is in plaintext in every RowKey, and `row_from`/`row_to`
     /// compare it by range, which a hash cannot keep), a redacted field that is not hashed,
     /// a field listed twice, and hashed fields without a `key`.
-    pub fn with_hashed_keys(mut self, hashed: Vec<String>, redact: Vec<String>, key: Option<HashKey>) -> Result<Schema> {
+    pub fn with_hashed_keys(
+        mut self,
+        hashed: Vec<String>,
+        redact: Vec<String>,
+        key: Option<HashKey>,
+    ) -> Result<Schema> {
         let listed = |list: &[String], what: &str, setting: &str| -> Result<()> {
             for (i, f) in list.iter().enumerate() {
                 if list[..i].contains(f) {
@@ -352,6 +357,8 @@ mod tests {
         assert!(e.contains("TABLE_CATALOG_HASH_KEY"), "{e}");
         assert!(err(&["ssn", "ssn"], &[], key()).contains("listed twice"));
         assert!(providers().with_hashed_keys(vec![], vec![], None).is_ok(), "no hashing needs no key");
+        let shown = format!("{:?}", hashed_providers(&["ssn"]));
+        assert!(shown.contains("[redacted]") && !shown.contains("0001020304"), "{shown}");
     }
 
     #[test]

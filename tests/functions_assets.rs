@@ -468,7 +468,12 @@ fn local_settings_set_every_functions_app_setting() {
     }
     // Optional settings are listed, empty (off): placeholders, never a real secret.
     for s in SETTINGS.iter().filter(|s| s.functions_app == FunctionsApp::Optional) {
-        assert_eq!(values.get(s.name).map(String::as_str), Some(""), "local.settings.json: {} as an empty placeholder", s.name);
+        assert_eq!(
+            values.get(s.name).map(String::as_str),
+            Some(""),
+            "local.settings.json: {} as an empty placeholder",
+            s.name
+        );
     }
     for s in SETTINGS.iter().filter(|s| !matches!(s.functions_app, FunctionsApp::AppSetting | FunctionsApp::Optional)) {
         assert!(
@@ -525,10 +530,9 @@ fn bicep_sets_every_functions_app_setting() {
     let reference = &b.vars["hashKeyReference"];
     assert!(reference.contains("'@Microsoft.KeyVault(VaultName=${hashKeyVaultName};SecretName=${hashKeySecretName})'"));
     assert!(reference.starts_with("empty(hashKeyVaultName) ? ''"), "{reference}");
-    for s in SETTINGS
-        .iter()
-        .filter(|s| !matches!(s.functions_app, FunctionsApp::AppSetting | FunctionsApp::Identity | FunctionsApp::Optional))
-    {
+    for s in SETTINGS.iter().filter(|s| {
+        !matches!(s.functions_app, FunctionsApp::AppSetting | FunctionsApp::Identity | FunctionsApp::Optional)
+    }) {
         assert!(
             !names.contains(s.name),
             "main.bicep sets {}, which the Functions app leaves unset ({:?})",

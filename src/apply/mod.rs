@@ -38,8 +38,8 @@ use crate::error::{Error, Result};
 use crate::faults;
 use crate::schema::Schema;
 use crate::store::{pager, BatchOp, Entity, IfMatch, RowRange, Store, StoreError, Value, MAX_BATCH_OPS};
-use crate::wal::schema_row;
 use crate::wal::lease::Lease;
+use crate::wal::schema_row;
 use crate::wal::{
     Op, ShardId, Wal, WalEntry, WalOptions, DEAD, DEAD_AT, DEAD_FROM, DEAD_REASON, METADATA, PENDING_BEFORE,
 };
