@@ -201,11 +201,21 @@ impl Catalog {
     }
 
     /// Validates a record and keys it; an upsert of it goes to the shard of its RowKey.
-    fn check_record(&self, record: &Record) -> Result<(RecordKeys, ShardId)> {
-        record::validate(record)?;
-        let keys = self.schema().record_keys(record)?;
+    /// Returns the record as it is logged and stored: redacted fields hold their HMAC
+    /// ([`Schema::redact`]), so neither the WAL entry nor a row holds their plaintext.
+    fn check_record(&self, record: Record) -> Result<(Record, RecordKeys, ShardId)> {
+        let record = self.schema().redact(record);
+        record::validate(&record)?;
+        let keys = self.schema().record_keys(&record)?;
         let shard = self.applier.shard_of(&keys.row_key);
-        Ok((keys, shard))
+        Ok((record, keys, shard))
+    }
+
+    /// Validates a filter; returns it as it is logged, hashed fields' values in redacted
+    /// form ([`Schema::blind_filter`]).
+    fn check_filter(&self, filter: Filter) -> Result<Filter> {
+        filter.validate(self.schema())?;
+        Ok(self.schema().blind_filter(filter))
     }
 
     /// Adds a record. Fails with [`Error::Conflict`] when a record with the same identity
@@ -213,7 +223,7 @@ impl Catalog {
     /// overwrite. The check is made when the write is logged: two concurrent inserts of the
     /// same identity both succeed and the later one wins.
     pub async fn insert(&self, record: Record, wait: bool) -> Result<Written> {
-        let (keys, shard) = self.check_record(&record)?;
+        let (record, keys, shard) = self.check_record(record)?;
         if let Some((_, pk)) = keys.partitions.first() {
             if let Some(row) = self.store.get(&self.names.table, pk, &keys.row_key).await? {
                 if record::from_entity(&row).is_some() {
@@ -229,22 +239,22 @@ impl Catalog {
 
     /// Stores a record in every index, replacing one with the same identity.
     pub async fn upsert(&self, record: Record, wait: bool) -> Result<Written> {
-        let (_, shard) = self.check_record(&record)?;
+        let (record, _, shard) = self.check_record(record)?;
         self.log(shard, Op::Upsert { record }, wait).await
     }
 
     /// Deletes the records matching `filter` (when applied) and stores `record`. Use it to
     /// change a record's indexed values.
     pub async fn replace(&self, filter: Filter, record: Record, wait: bool) -> Result<Written> {
-        filter.validate(self.schema())?;
-        self.check_record(&record)?;
+        let filter = self.check_filter(filter)?;
+        let (record, _, _) = self.check_record(record)?;
         self.log(ShardId::ZERO, Op::Replace { filter, record }, wait).await
     }
 
     /// Deletes the records matching `filter` from every index. The filter is resolved when
     /// the entry is applied, so it also deletes matching writes logged before it.
     pub async fn delete(&self, filter: Filter, wait: bool) -> Result<Written> {
-        filter.validate(self.schema())?;
+        let filter = self.check_filter(filter)?;
         self.log(ShardId::ZERO, Op::Delete { filter }, wait).await
     }
 
@@ -268,8 +278,8 @@ impl Catalog {
         let mut ops = Vec::new();
         let mut slots = Vec::new();
         for (i, record) in records.into_iter().enumerate() {
-            match self.check_record(&record) {
-                Ok((_, shard)) => {
+            match self.check_record(record) {
+                Ok((record, _, shard)) => {
                     ops.push((shard, Op::Upsert { record }));
                     slots.push(i);
                     results.push(Ok(String::new()));
@@ -352,7 +362,7 @@ impl Catalog {
         if limit == 0 || limit > MAX_PAGE {
             return Err(Error::invalid(format!("limit: {limit} is out of range 1..={MAX_PAGE}")));
         }
-        query::query_page(self.store.as_ref(), &self.names.table, filter, limit, continuation).await
+        query::query_page(self.store.as_ref(), &self.names.table, self.schema(), filter, limit, continuation).await
     }
 
     /// Read-your-writes: [`Catalog::query`], after every write acknowledged before this call
@@ -392,7 +402,7 @@ impl Catalog {
     /// Every record matching `filter`.
     pub async fn query_all(&self, filter: &Filter) -> Result<Vec<Record>> {
         filter.validate(self.schema())?;
-        Ok(query::query_all(self.store.as_ref(), &self.names.table, filter)
+        Ok(query::query_all(self.store.as_ref(), &self.names.table, self.schema(), filter)
             .await?
             .into_iter()
             .map(|f| f.record)
@@ -530,17 +540,14 @@ impl Catalog {
                 None => Err(Error::invalid(format!("hint: '{}' is not a WAL shard (wal, wal-01..)", h.shard))),
             },
             Message::Intent(i) => {
-                let op = i.to_op()?;
-                match &op {
-                    Op::Upsert { record } => {
-                        self.check_record(record)?;
-                    }
+                // Logged as a direct write would be: redacted record, blinded filter.
+                let op = match i.to_op()? {
+                    Op::Upsert { record } => Op::Upsert { record: self.check_record(record)?.0 },
                     Op::Replace { filter, record } => {
-                        filter.validate(self.schema())?;
-                        self.check_record(record)?;
+                        Op::Replace { filter: self.check_filter(filter)?, record: self.check_record(record)?.0 }
                     }
-                    Op::Delete { filter } => filter.validate(self.schema())?,
-                }
+                    Op::Delete { filter } => Op::Delete { filter: self.check_filter(filter)? },
+                };
                 Ok((ShardId::ZERO, Some(op)))
             }
         });

@@ -4,6 +4,7 @@
 
 pub mod error;
 pub mod functions;
+pub mod hashed;
 pub mod keys;
 pub mod record;
 pub mod schema;
