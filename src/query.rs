@@ -31,12 +31,25 @@ pub struct Filter {
     /// Largest sort value (inclusive).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub row_to: Option<String>,
+    /// One record identity (its RowKey, as stored): only rows with exactly this RowKey
+    /// match. Index values alone cannot name one identity (a record without a value for some
+    /// index field and one with a value there share every value a filter can name); `repair`
+    /// needs to delete exactly one. Absent from WAL entries without it, so older entries read
+    /// as before (a process of an earlier version ignores it and matches by fields alone).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub identity: Option<String>,
 }
 
 impl Filter {
     /// A filter on these fields, without a sort-value range.
     pub fn new(fields: Vec<(String, String)>) -> Filter {
-        Filter { fields, row_from: None, row_to: None }
+        Filter { fields, row_from: None, row_to: None, identity: None }
+    }
+
+    /// Restricts the filter to one record identity (builder style; see [`Filter::identity`]).
+    pub fn identity(mut self, row_key: impl Into<String>) -> Filter {
+        self.identity = Some(row_key.into());
+        self
     }
 
     /// Adds a sort-value range (builder style).
@@ -67,7 +80,7 @@ impl Filter {
             }
             schema.partition_key(field, value)?;
         }
-        for (name, bound) in [("row_from", &self.row_from), ("row_to", &self.row_to)] {
+        for (name, bound) in [("row_from", &self.row_from), ("row_to", &self.row_to), ("identity", &self.identity)] {
             if let Some(b) = bound {
                 if b.encode_utf16().count() > keys::MAX_KEY_UTF16 {
                     return Err(Error::invalid(format!(
@@ -98,7 +111,10 @@ impl Filter {
     /// and disjoint (see [`keys::row_ranges`]). They may hold a few rows outside the bounds:
     /// check each with [`Filter::in_sort_range`].
     pub fn row_ranges(&self) -> Vec<RowRange> {
-        keys::row_ranges(self.row_from.as_deref(), self.row_to.as_deref())
+        match &self.identity {
+            Some(id) => vec![RowRange { from: Some(id.clone()), to: Some(id.clone()), ..RowRange::default() }],
+            None => keys::row_ranges(self.row_from.as_deref(), self.row_to.as_deref()),
+        }
     }
 
     /// One RowKey range covering every range of [`Filter::row_ranges`] (from the first's
@@ -123,6 +139,13 @@ impl Filter {
     /// True when a row's sort value lies within the filter's bounds.
     pub fn in_sort_range(&self, row_key: &str) -> bool {
         keys::sort_value_in_range(row_key, self.row_from.as_deref(), self.row_to.as_deref())
+    }
+
+    /// True when a row's RowKey passes the filter: its sort value is within the bounds and,
+    /// with [`Filter::identity`], it is that identity. (The record itself is checked by
+    /// [`Filter::matches`].)
+    pub fn admits_row_key(&self, row_key: &str) -> bool {
+        self.in_sort_range(row_key) && self.identity.as_deref().is_none_or(|id| id == row_key)
     }
 }
 
@@ -157,7 +180,7 @@ fn decode_continuation(token: &str) -> Result<String> {
 }
 
 fn live_match(schema: &Schema, filter: &Filter, e: &Entity) -> Option<Found> {
-    if !filter.in_sort_range(&e.row_key) {
+    if !filter.admits_row_key(&e.row_key) {
         return None;
     }
     record::from_entity(e)

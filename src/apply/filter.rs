@@ -72,7 +72,7 @@ impl Applier {
         let mut out = Vec::new();
         for e in entities {
             let meta = RowMeta::of(e);
-            if (meta.deleted && meta.wal_id != id.as_str()) || !filter.in_sort_range(&e.row_key) {
+            if (meta.deleted && meta.wal_id != id.as_str()) || !filter.admits_row_key(&e.row_key) {
                 continue;
             }
             let rec = record::payload(e, &meta);
