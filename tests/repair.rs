@@ -13,7 +13,7 @@ use table_catalog::catalog::Catalog;
 use table_catalog::query::Filter;
 use table_catalog::record::{self, Record};
 use table_catalog::repair;
-use table_catalog::store::{Entity, IfMatch, TableStore};
+use table_catalog::store::{Entity, IfMatch};
 use table_catalog::verify::{self, FindingKind, VerifyOptions};
 
 fn airport(i: u32) -> Record {

@@ -101,6 +101,9 @@ pub enum Command {
         /// Seconds between sweeps.
         #[arg(long, default_value_t = 30)]
         sweep_interval: u64,
+        /// Job work items (verify, repair) handled at once from the scan queue; 0 = none.
+        #[arg(long, default_value_t = 4)]
+        scan_workers: usize,
     },
     /// Run as an Azure Functions custom handler on 127.0.0.1:$FUNCTIONS_CUSTOMHANDLER_PORT.
     Handler,

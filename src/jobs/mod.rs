@@ -23,6 +23,7 @@
 //! of a running job (for an enqueue lost to a crash of the process that started it).
 
 pub mod handler;
+pub mod kinds;
 pub mod model;
 pub mod rows;
 pub mod runner;
