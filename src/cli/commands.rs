@@ -129,18 +129,10 @@ pub async fn run(cli: Cli) -> Result<ExitCode> {
             let applied = catalog.recover().await?;
             println!("{}", serde_json::json!({"redriven": moved, "applied": applied.applied()}));
         }
-        Command::Verify => {
-            let pending = catalog.status().await?.pending;
-            if pending > 0 {
-                eprintln!("warning: {pending} WAL entries are pending; run `recover` first for a meaningful check");
-            }
-            let report =
-                table_catalog::verify::verify(catalog.store().as_ref(), &catalog.names().table, catalog.schema())
-                    .await?;
-            println!("{}", serde_json::to_string(&report)?);
-            if !report.ok() {
-                return Ok(ExitCode::from(3));
-            }
+        Command::Verify(args) => return super::whole_table::verify(&catalog, &args).await,
+        Command::Repair(args) => return super::whole_table::repair(&catalog, &args).await,
+        Command::Export { output, scan } => {
+            return super::whole_table::export(&catalog, output.as_deref(), &scan).await
         }
         Command::Bench(_) => {} // run above, without a catalog
     }
