@@ -129,8 +129,18 @@ pub async fn run(cli: Cli) -> Result<ExitCode> {
             let applied = catalog.recover().await?;
             println!("{}", serde_json::json!({"redriven": moved, "applied": applied.applied()}));
         }
+        Command::Verify(args) if args.parallel > 0 => {
+            return super::jobs::run_parallel(catalog, table_catalog::jobs::JobKind::Verify, &args).await
+        }
+        Command::Repair(args) if args.parallel > 0 => {
+            return super::jobs::run_parallel(catalog, table_catalog::jobs::JobKind::Repair, &args).await
+        }
         Command::Verify(args) => return super::whole_table::verify(&catalog, &args).await,
         Command::Repair(args) => return super::whole_table::repair(&catalog, &args).await,
+        Command::Jobs { action } => return super::jobs::run(catalog, action).await,
+        Command::Export { scan, .. } if scan.parallel > 0 => {
+            bail!("--parallel: export runs serially (use GET /api/export to stream it)")
+        }
         Command::Export { output, scan } => {
             return super::whole_table::export(&catalog, output.as_deref(), &scan).await
         }

@@ -3,6 +3,7 @@
 
 mod bench;
 mod commands;
+mod jobs;
 mod whole_table;
 
 use std::path::PathBuf;
@@ -197,6 +198,12 @@ pub enum Command {
         #[command(flatten)]
         scan: ScanArgs,
     },
+    /// Whole-table jobs (verify, repair) run by many workers: list, show, start, cancel,
+    /// resume, or work on one here.
+    Jobs {
+        #[command(subcommand)]
+        action: jobs::JobsAction,
+    },
     /// List the WAL's dead entries (entries that can never be applied), one JSON object per
     /// line with the reason each died.
     Dead {
@@ -225,6 +232,11 @@ pub struct ScanArgs {
     /// Rows checked at once (each reads at most one row per index field).
     #[arg(long, default_value_t = 16)]
     pub concurrency: usize,
+    /// Run as a job (the scan split into work items on the scan queue) with this many
+    /// workers in this process; other workers (`serve`, Functions) may join. 0: a serial
+    /// scan in this process. Not for `export`.
+    #[arg(long, default_value_t = 0)]
+    pub parallel: usize,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]

@@ -172,10 +172,7 @@ impl Jobs {
     pub async fn cancel(&self, id: &JobId) -> Result<Job> {
         let (job, _) = self.read(id).await?;
         if job.state.is_final() {
-            return Err(Error::Conflict(format!(
-                "job {id} is already {}",
-                serde_json::to_value(job.state).unwrap_or_default()
-            )));
+            return Err(Error::Conflict(format!("job {id} is already {}", job.state.name())));
         }
         self.transition(id, |j| (!j.state.is_final()).then_some(JobState::Cancelled), None).await
     }
@@ -216,7 +213,7 @@ impl Jobs {
             return Ok(format!("job {id} does not exist; work item dropped"));
         };
         if job.state.is_final() {
-            return Ok(format!("job {id} is {:?}; work item dropped", job.state));
+            return Ok(format!("job {id} is {}; work item dropped", job.state.name()));
         }
         let text = item.step.to_string();
         if !self.rows.is_todo(id, &text).await? {

@@ -105,6 +105,17 @@ pub enum JobState {
 }
 
 impl JobState {
+    /// The state's name (`running`, ...), as serialised.
+    pub fn name(self) -> &'static str {
+        match self {
+            JobState::Queued => "queued",
+            JobState::Running => "running",
+            JobState::Done => "done",
+            JobState::Failed => "failed",
+            JobState::Cancelled => "cancelled",
+        }
+    }
+
     /// True for `done`, `failed` and `cancelled`.
     pub fn is_final(self) -> bool {
         matches!(self, JobState::Done | JobState::Failed | JobState::Cancelled)
