@@ -4,6 +4,7 @@
 
 pub mod error;
 pub mod functions;
+pub mod hashed;
 pub mod keys;
 pub mod record;
 pub mod schema;
@@ -14,6 +15,7 @@ pub use error::{Error, Result};
 pub mod apply;
 pub mod catalog;
 pub mod config;
+pub mod dispatch;
 pub mod faults;
 pub mod hinter;
 pub mod messages;
@@ -27,6 +29,7 @@ pub use config::Config;
 pub mod export;
 pub mod http;
 pub mod import;
+pub mod jobs;
 pub mod repair;
 pub mod server;
 pub mod verify;

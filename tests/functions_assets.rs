@@ -14,7 +14,8 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 use table_catalog::functions::{
-    APPLY_BINDING, APPLY_FUNCTION, HANDLER_SUBCOMMAND, HTTP_ROUTE_PREFIX, SWEEP_BINDING, SWEEP_FUNCTION,
+    APPLY_BINDING, APPLY_FUNCTION, HANDLER_SUBCOMMAND, HTTP_ROUTE_PREFIX, SCAN_BINDING, SCAN_FUNCTION, SWEEP_BINDING,
+    SWEEP_FUNCTION,
 };
 use table_catalog::settings::{self, FunctionsApp, Setting, SETTINGS};
 
@@ -318,6 +319,10 @@ const HTTP_FUNCTIONS: &[(&str, &str, &[&str], &str)] = &[
     ("health", "health", &["get"], "anonymous"),
     ("status", "status", &["get"], "function"),
     ("metrics", "metrics", &["get"], "function"),
+    ("jobs", "jobs", &["get", "post"], "function"),
+    ("jobs_id", "jobs/{id}", &["get", "delete"], "function"),
+    ("jobs_findings", "jobs/{id}/findings", &["get"], "function"),
+    ("export", "export", &["get"], "function"),
 ];
 
 #[test]
@@ -325,6 +330,7 @@ fn function_folders_are_the_expected_set_with_valid_names() {
     let found: BTreeSet<String> = functions().into_keys().collect();
     let mut expected: BTreeSet<String> = HTTP_FUNCTIONS.iter().map(|f| f.0.to_string()).collect();
     expected.insert(APPLY_FUNCTION.to_string());
+    expected.insert(SCAN_FUNCTION.to_string());
     expected.insert(SWEEP_FUNCTION.to_string());
     assert_eq!(found, expected);
     for name in &found {
@@ -424,6 +430,20 @@ fn apply_function_triggers_on_the_apply_queue() {
 }
 
 #[test]
+fn scan_function_triggers_on_the_scan_queue() {
+    let fns = functions();
+    let all = bindings(&fns[SCAN_FUNCTION]);
+    assert_eq!(all.len(), 1, "scan has only its queue trigger");
+    let t = all[0];
+    assert_eq!(str_of(t, "type"), Some("queueTrigger"));
+    assert_eq!(str_of(t, "direction"), Some("in"));
+    assert_eq!(str_of(t, "name"), Some(SCAN_BINDING));
+    assert_eq!(str_of(t, "queueName").map(str::to_string), Some(format!("%{}%", settings::SCAN_QUEUE)));
+    assert_eq!(str_of(t, "connection").unwrap_or("AzureWebJobsStorage"), settings::WEBJOBS_STORAGE);
+    assert!(matches!(str_of(t, "dataType"), None | Some("string")), "scan: dataType must stay string");
+}
+
+#[test]
 fn sweep_function_is_a_timer_at_most_once_a_minute() {
     let fns = functions();
     let all = bindings(&fns[SWEEP_FUNCTION]);
@@ -448,7 +468,7 @@ fn sweep_function_is_a_timer_at_most_once_a_minute() {
 #[test]
 fn invocation_paths_do_not_collide_with_forwarded_routes() {
     // Non-HTTP functions are invoked at `/{name}`, forwarded HTTP requests keep `/api/...`.
-    for name in [APPLY_FUNCTION, SWEEP_FUNCTION] {
+    for name in [APPLY_FUNCTION, SCAN_FUNCTION, SWEEP_FUNCTION] {
         assert_ne!(name, HTTP_ROUTE_PREFIX);
     }
     assert!(!HTTP_ROUTE_PREFIX.is_empty(), "an empty route prefix would mix API and invocation paths");
@@ -466,7 +486,16 @@ fn local_settings_set_every_functions_app_setting() {
     for s in functions_app_settings() {
         assert!(satisfied(s, &is_set), "local.settings.json does not set {}", s.name);
     }
-    for s in SETTINGS.iter().filter(|s| s.functions_app != FunctionsApp::AppSetting) {
+    // Optional settings are listed, empty (off): placeholders, never a real secret.
+    for s in SETTINGS.iter().filter(|s| s.functions_app == FunctionsApp::Optional) {
+        assert_eq!(
+            values.get(s.name).map(String::as_str),
+            Some(""),
+            "local.settings.json: {} as an empty placeholder",
+            s.name
+        );
+    }
+    for s in SETTINGS.iter().filter(|s| !matches!(s.functions_app, FunctionsApp::AppSetting | FunctionsApp::Optional)) {
         assert!(
             !values.contains_key(s.name),
             "local.settings.json sets {}, which the Functions app leaves unset ({:?})",
@@ -513,7 +542,17 @@ fn bicep_sets_every_functions_app_setting() {
     for s in functions_app_settings() {
         assert!(satisfied(s, &is_set), "infra/main.bicep does not set app setting {}", s.name);
     }
-    for s in SETTINGS.iter().filter(|s| !matches!(s.functions_app, FunctionsApp::AppSetting | FunctionsApp::Identity)) {
+    for s in SETTINGS.iter().filter(|s| s.functions_app == FunctionsApp::Optional) {
+        assert!(names.contains(s.name), "main.bicep does not set optional app setting {}", s.name);
+    }
+    // The HMAC secret is a Key Vault reference (or empty), never a value in the template.
+    assert_eq!(b.setting_expr(settings::HASH_KEY), Some("hashKeyReference"));
+    let reference = &b.vars["hashKeyReference"];
+    assert!(reference.contains("'@Microsoft.KeyVault(VaultName=${hashKeyVaultName};SecretName=${hashKeySecretName})'"));
+    assert!(reference.starts_with("empty(hashKeyVaultName) ? ''"), "{reference}");
+    for s in SETTINGS.iter().filter(|s| {
+        !matches!(s.functions_app, FunctionsApp::AppSetting | FunctionsApp::Identity | FunctionsApp::Optional)
+    }) {
         assert!(
             !names.contains(s.name),
             "main.bicep sets {}, which the Functions app leaves unset ({:?})",
@@ -614,7 +653,7 @@ fn bicep_names(
         params.insert("catalogName".to_string(), c.to_string());
     }
     let mut app = BTreeMap::new();
-    for name in [settings::NAME, settings::WAL_NAME, settings::QUEUE] {
+    for name in [settings::NAME, settings::WAL_NAME, settings::QUEUE, settings::SCAN_QUEUE] {
         let expr = b.setting_expr(name).unwrap_or_else(|| panic!("main.bicep does not set {name}"));
         app.insert(name, b.eval(expr, &params).unwrap_or_else(|| panic!("cannot evaluate {name}: {expr}")));
     }
@@ -639,12 +678,20 @@ fn bicep_names_agree_with_the_binary_defaults() {
         let want_tables: BTreeSet<String> = [binary(settings::NAME), binary(settings::WAL_NAME)].into();
         assert_eq!(tables, want_tables, "tables for catalog {name}");
         let queue = binary(settings::QUEUE);
-        let want_queues: BTreeSet<String> = [settings::poison_queue_name(&queue), queue].into();
+        let scan = binary(settings::SCAN_QUEUE);
+        assert_eq!(app[settings::SCAN_QUEUE], scan, "scan queue for catalog {name}");
+        let want_queues: BTreeSet<String> =
+            [settings::poison_queue_name(&queue), queue, settings::poison_queue_name(&scan), scan].into();
         assert_eq!(queues, want_queues, "queues for catalog {name}");
     }
     let (_, tables, queues) = bicep_names(&b, None);
     assert_eq!(tables, ["catalog", "catalogwal"].map(String::from).into());
-    assert_eq!(queues, ["catalog-apply", "catalog-apply-poison"].map(String::from).into());
+    assert_eq!(
+        queues,
+        ["catalog-apply", "catalog-apply-poison", "catalog-apply-scan", "catalog-apply-scan-poison"]
+            .map(String::from)
+            .into()
+    );
 }
 
 #[test]

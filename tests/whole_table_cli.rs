@@ -62,6 +62,37 @@ async fn verify_reports_findings_repair_fixes_them_and_export_writes_every_recor
         (json!(37), json!(20), json!({"missing_row": 3}))
     );
 
+    // The same as a job with 3 workers here: the same findings, the same counts.
+    let par = bin(dir.path(), &["verify", "--segment", "3", "--parallel", "3"]);
+    assert_eq!(par.status.code(), Some(3), "{}", String::from_utf8_lossy(&par.stderr));
+    let mut par_lines: Vec<Value> =
+        String::from_utf8_lossy(&par.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let mut serial_lines = lines.clone();
+    let key = |v: &Value| v.to_string();
+    par_lines.sort_by_key(key);
+    serial_lines.sort_by_key(key);
+    assert_eq!(par_lines, serial_lines, "a parallel verify finds what the serial one finds");
+    let pc = counts(&par);
+    assert_eq!(
+        (pc["rows"].clone(), pc["records"].clone(), pc["missing_row"].clone()),
+        (json!(37), json!(20), json!(3))
+    );
+    let jobs = bin(dir.path(), &["jobs", "list"]);
+    let listed: Vec<Value> =
+        String::from_utf8_lossy(&jobs.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(listed.len(), 1, "{}", String::from_utf8_lossy(&jobs.stderr));
+    assert_eq!((listed[0]["kind"].as_str(), listed[0]["state"].as_str()), (Some("verify"), Some("done")));
+    let id = listed[0]["id"].as_str().unwrap();
+    let show = bin(dir.path(), &["jobs", "show", id, "--findings"]);
+    assert_eq!(String::from_utf8_lossy(&show.stdout).lines().count(), 1 + 3, "the job and its 3 findings");
+    let cancel = bin(dir.path(), &["jobs", "cancel", id]);
+    assert!(!cancel.status.success(), "a done job cannot be cancelled");
+    assert!(
+        String::from_utf8_lossy(&cancel.stderr).contains("already done"),
+        "{}",
+        String::from_utf8_lossy(&cancel.stderr)
+    );
+
     let bad = bin(dir.path(), &["verify", "--segment", "1001"]);
     assert!(!bad.status.success());
     assert!(String::from_utf8_lossy(&bad.stderr).contains("--segment: '1001'"));

@@ -29,7 +29,7 @@ impl Applier {
         let new_keys = new_record.map(|r| self.schema.record_keys(r)).transpose()?;
         let new_rows: BTreeSet<(String, String)> =
             new_keys.iter().flat_map(|k| k.partitions.iter().map(|(_, pk)| (pk.clone(), k.row_key.clone()))).collect();
-        let pk = filter.partition_key()?;
+        let pk = filter.partition_key(&self.schema)?;
         let ranges = filter.row_ranges(); // pruned on the server, like a lookup
         let mut pages = futures::stream::iter(ranges.iter())
             .flat_map(|range| pager::pages(self.store.as_ref(), &self.catalog_table, &pk, range, MAX_PAGE));
@@ -76,7 +76,7 @@ impl Applier {
                 continue;
             }
             let rec = record::payload(e, &meta);
-            if filter.matches(&rec) {
+            if filter.matches(&self.schema, &rec) {
                 out.push((e.row_key.clone(), rec));
             }
         }

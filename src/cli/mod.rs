@@ -3,6 +3,7 @@
 
 mod bench;
 mod commands;
+mod jobs;
 mod whole_table;
 
 use std::path::PathBuf;
@@ -41,6 +42,14 @@ pub struct CatalogArgs {
     /// The field that starts the RowKey (sort order). Optional once the catalog exists.
     #[arg(long, env = settings::ROW_KEY, global = true)]
     pub row_key: Option<String>,
+    /// Index fields keyed by an HMAC of their value instead of the value, comma-separated
+    /// (e.g. ssn): no key holds them in plaintext; lookups stay exact. Needs the secret in
+    /// TABLE_CATALOG_HASH_KEY (environment only). Optional once the catalog exists.
+    #[arg(long, env = settings::HASHED_KEYS, global = true)]
+    pub hashed_keys: Option<String>,
+    /// Hashed fields that records hold as `hmac-sha256:<hex>` instead of the value.
+    #[arg(long = "redact", env = settings::REDACT_KEYS, global = true)]
+    pub redact_keys: Option<String>,
     /// WAL table name [default: {name}wal].
     #[arg(long, env = settings::WAL_NAME, global = true)]
     pub wal_name: Option<String>,
@@ -104,6 +113,9 @@ pub enum Command {
         /// Seconds between sweeps.
         #[arg(long, default_value_t = 30)]
         sweep_interval: u64,
+        /// Job work items (verify, repair) handled at once from the scan queue; 0 = none.
+        #[arg(long, default_value_t = 4)]
+        scan_workers: usize,
     },
     /// Run as an Azure Functions custom handler on 127.0.0.1:$FUNCTIONS_CUSTOMHANDLER_PORT.
     Handler,
@@ -186,6 +198,12 @@ pub enum Command {
         #[command(flatten)]
         scan: ScanArgs,
     },
+    /// Whole-table jobs (verify, repair) run by many workers: list, show, start, cancel,
+    /// resume, or work on one here.
+    Jobs {
+        #[command(subcommand)]
+        action: jobs::JobsAction,
+    },
     /// List the WAL's dead entries (entries that can never be applied), one JSON object per
     /// line with the reason each died.
     Dead {
@@ -214,6 +232,11 @@ pub struct ScanArgs {
     /// Rows checked at once (each reads at most one row per index field).
     #[arg(long, default_value_t = 16)]
     pub concurrency: usize,
+    /// Run as a job (the scan split into work items on the scan queue) with this many
+    /// workers in this process; other workers (`serve`, Functions) may join. 0: a serial
+    /// scan in this process. Not for `export`.
+    #[arg(long, default_value_t = 0)]
+    pub parallel: usize,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -240,6 +263,8 @@ impl CatalogArgs {
         c.name = self.name.clone();
         c.index_keys = self.index_keys.as_deref().map(Schema::parse_list);
         c.row_key = self.row_key.clone();
+        c.hashed_keys = self.hashed_keys.as_deref().map(Schema::parse_list);
+        c.redact_keys = self.redact_keys.as_deref().map(Schema::parse_list);
         c.wal_name = self.wal_name.clone();
         c.queue = self.queue.clone();
         if let Backend::Local(_) = c.backend {

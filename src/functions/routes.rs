@@ -1,12 +1,12 @@
 //! The invocation endpoints the Functions host calls for non-HTTP triggers:
-//! `POST /apply` (queue trigger) and `POST /sweep` (timer trigger), answered in the host's
+//! `POST /apply` and `POST /scan` (queue triggers) and `POST /sweep` (timer trigger), answered in the host's
 //! format ([`payload::InvocationResponse`], `application/json`).
 //!
 //! Failure semantics (docs/FUNCTIONS.md): a non-2xx answer fails the invocation, so the host
 //! makes the message visible again and retries it, and after `maxDequeueCount` deliveries
 //! copies it to `{queue}-poison`. A transient failure therefore answers 500. A message that can
-//! never succeed is put on the poison queue by the catalog itself, with its reason, and
-//! answered 200 so the host does not retry it.
+//! never succeed is put on the poison queue by the dispatcher ([`crate::dispatch`], the same
+//! one `serve` runs), with its reason, and answered 200 so the host does not retry it.
 
 use std::sync::Arc;
 
@@ -18,13 +18,16 @@ use axum::routing::post;
 use axum::Router;
 
 use super::payload::{self, InvocationResponse, RESPONSE_CONTENT_TYPE};
-use super::{APPLY_BINDING, APPLY_FUNCTION, SWEEP_BINDING, SWEEP_FUNCTION};
-use crate::catalog::{Catalog, MessageOutcome};
+use super::{APPLY_BINDING, APPLY_FUNCTION, SCAN_BINDING, SCAN_FUNCTION, SWEEP_BINDING, SWEEP_FUNCTION};
+use crate::catalog::Catalog;
+use crate::dispatch::{Delivery, Dispatcher, Disposition};
+use crate::jobs::JobHandler;
 
 /// `POST /apply` and `POST /sweep`.
 pub fn router(catalog: Arc<Catalog>) -> Router {
     Router::new()
         .route(&format!("/{APPLY_FUNCTION}"), post(apply))
+        .route(&format!("/{SCAN_FUNCTION}"), post(scan))
         .route(&format!("/{SWEEP_FUNCTION}"), post(sweep))
         .with_state(catalog)
 }
@@ -34,27 +37,36 @@ fn answer(status: StatusCode, body: InvocationResponse) -> Response {
 }
 
 async fn apply(State(catalog): State<Arc<Catalog>>, body: Bytes) -> Response {
-    let inv = match payload::parse_queue_invocation(&body, APPLY_BINDING) {
+    invoke(Dispatcher::apply(catalog.clone()), &body, APPLY_BINDING).await
+}
+
+async fn scan(State(catalog): State<Arc<Catalog>>, body: Bytes) -> Response {
+    invoke(JobHandler::dispatcher(catalog), &body, SCAN_BINDING).await
+}
+
+/// One queue-trigger invocation through `dispatcher`: 200 when done or poisoned by us, 500
+/// for the host to retry (and to poison after `maxDequeueCount`).
+async fn invoke(dispatcher: Dispatcher, body: &[u8], binding: &str) -> Response {
+    let inv = match payload::parse_queue_invocation(body, binding) {
         Ok(inv) => inv,
         Err(e) => {
-            tracing::error!(error = %e, "unusable apply invocation");
+            tracing::error!(error = %e, queue = dispatcher.queue(), "unusable queue invocation");
             return answer(StatusCode::BAD_REQUEST, InvocationResponse::new().with_log(e.to_string()));
         }
     };
-    match catalog.process_message(&inv.message, &inv.id, inv.dequeue_count).await {
-        Ok(MessageOutcome::Applied { id }) => {
-            let line = match id {
-                Some(id) => format!("intent {} logged as {id} and applied", inv.id),
-                None => format!("hint {} handled", inv.id),
-            };
-            answer(StatusCode::OK, InvocationResponse::new().with_log(line))
-        }
-        Ok(MessageOutcome::Poisoned { reason }) => answer(
+    let delivery = Delivery { text: &inv.message, id: &inv.id, dequeue_count: inv.dequeue_count };
+    match dispatcher.invoke(delivery).await {
+        Ok(Disposition::Done(line)) => answer(StatusCode::OK, InvocationResponse::new().with_log(line)),
+        Ok(Disposition::Poisoned(reason)) => answer(
             StatusCode::OK,
             InvocationResponse::new().with_log(format!("message {} moved to the poison queue: {reason}", inv.id)),
         ),
+        Ok(Disposition::Retry(e)) => {
+            tracing::warn!(message_id = %inv.id, dequeue_count = inv.dequeue_count, error = %e, queue = dispatcher.queue(), "message failed; the host will retry");
+            answer(StatusCode::INTERNAL_SERVER_ERROR, InvocationResponse::new().with_log(e))
+        }
         Err(e) => {
-            tracing::warn!(message_id = %inv.id, dequeue_count = inv.dequeue_count, error = %e, "apply failed; the host will retry");
+            tracing::warn!(message_id = %inv.id, error = %e, "could not poison a rejected message; the host will retry");
             answer(StatusCode::INTERNAL_SERVER_ERROR, InvocationResponse::new().with_log(e.to_string()))
         }
     }

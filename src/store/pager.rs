@@ -53,6 +53,21 @@ pub fn scan_entities<'a, S: TableStore + ?Sized>(
     flatten(scan_pages(store, table, page_size))
 }
 
+/// The entities of a partition query, like [`entities`], owning what it needs (a stream that
+/// can outlive its caller's borrows, e.g. a response body).
+pub fn owned_entities<S: TableStore + ?Sized + 'static>(
+    store: std::sync::Arc<S>,
+    table: String,
+    partition_key: String,
+    range: RowRange,
+    page_size: usize,
+) -> BoxStream<'static, StoreResult<Entity>> {
+    flatten(follow(move |token| {
+        let (store, table, partition_key, range) = (store.clone(), table.clone(), partition_key.clone(), range.clone());
+        async move { store.query_partition(&table, &partition_key, &range, page_size, token.as_deref()).await }
+    }))
+}
+
 /// The pages of a PartitionKey range query (across partitions), in (PartitionKey, RowKey)
 /// order, `page_size` (1..=1,000) entities at most per request.
 pub fn range_pages<'a, S: TableStore + ?Sized>(
