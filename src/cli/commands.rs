@@ -47,7 +47,7 @@ pub async fn run(cli: Cli) -> Result<ExitCode> {
     }
     let catalog = Arc::new(config.open().await.context("opening the catalog")?);
     match command {
-        Command::Serve { listen, import, sweep_interval, scan_workers } => {
+        Command::Serve { listen, import, sweep_interval, scan_workers, queue_lease } => {
             if let Some(file) = import {
                 import_file(&catalog, &file, None, import::DEFAULT_BATCH, false, Acks::Silent).await?;
             }
@@ -60,6 +60,10 @@ pub async fn run(cli: Cli) -> Result<ExitCode> {
             let opts = ServeOptions {
                 sweep_interval: Duration::from_secs(sweep_interval.max(1)),
                 scan_workers,
+                worker: table_catalog::dispatch::WorkerOptions {
+                    lease: Duration::from_secs(queue_lease),
+                    ..Default::default()
+                },
                 ..ServeOptions::default()
             };
             server::serve(catalog, listener, opts, server::shutdown_signal()).await?;

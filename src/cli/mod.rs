@@ -116,6 +116,10 @@ pub enum Command {
         /// Job work items (verify, repair) handled at once from the scan queue; 0 = none.
         #[arg(long, default_value_t = 4)]
         scan_workers: usize,
+        /// Seconds a received queue message stays invisible while it is handled: after a
+        /// crash, its redelivery waits this long.
+        #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=3600))]
+        queue_lease: u64,
     },
     /// Run as an Azure Functions custom handler on 127.0.0.1:$FUNCTIONS_CUSTOMHANDLER_PORT.
     Handler,
