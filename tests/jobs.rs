@@ -88,6 +88,10 @@ async fn a_verify_job_counts_what_a_serial_verify_counts_and_a_repair_job_fixes_
             assert_eq!(done.counters.get(*kind), Some(n), "{backend:?} {kind}");
         }
         assert!(done.steps_done > 10, "{backend:?}: segment 40 splits the scan: {done:?}");
+        let partitions: BTreeSet<String> =
+            verify::scan_all(store, &table).await.unwrap().into_iter().map(|e| e.partition_key).collect();
+        assert_eq!(done.counters["partitions"], partitions.len() as u64, "{backend:?}: each partition counted once");
+        assert!(done.started.is_some() && done.finished.is_some(), "{done:?}");
         let found: Vec<Value> = futures::TryStreamExt::try_collect(jobs.findings(&job.id)).await.unwrap();
         let want: Vec<Value> = serial.violations.iter().map(|f| serde_json::to_value(f).unwrap()).collect();
         assert_eq!(finding_lines(&found), finding_lines(&want), "{backend:?}: the same findings");

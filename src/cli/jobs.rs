@@ -127,9 +127,10 @@ async fn follow(catalog: &Arc<Catalog>, jobs: &Jobs, id: &JobId, parallel: usize
         let rows = job.counters.get("rows").copied().unwrap_or(0);
         let rate = rows as f64 / started.elapsed().as_secs_f64().max(0.001);
         bar.set_message(format!(
-            "{} {}: {rows} rows, {} findings, {}/{} work items, {rate:.0} rows/s",
+            "{} {}: {rows} rows, {} partitions, {} findings, {}/{} work items, {rate:.0} rows/s",
             job.kind.name(),
             job.id,
+            job.counters.get("partitions").copied().unwrap_or(0),
             job.counters.get("findings").copied().unwrap_or(0),
             job.steps_done,
             job.steps_done + job.steps_pending,

@@ -6,7 +6,7 @@
 //! Parameters (`POST /api/jobs` body `{"kind": "verify", "params": {...}}`):
 //! - `segment`: entities per scan query, 1..=1,000 (default 1,000, Azure's page size).
 //!
-//! Counters: `rows`, `records` (live), `tombstones`, `findings` and one per finding kind
+//! Counters: `rows`, `partitions`, `records` (live), `tombstones`, `findings` and one per finding kind
 //! (`missing_row`, `orphan_row`, `stale`, `split_state`, `unreadable`); `repair` adds
 //! `upserts`, `deletes` and `unrepairable`. Each finding is stored as the JSON line
 //! `verify` prints (`GET /api/jobs/{id}/findings`).
@@ -62,6 +62,19 @@ impl JobRunner for ScanCheck {
         let (store, table, schema) =
             (self.catalog.store().as_ref(), &self.catalog.names().table, self.catalog.schema());
         let out = scan::run_step(store, table, &step, segment).await?;
+        // Partitions first seen by this step: each distinct PartitionKey of the page, except
+        // the one a `Partition` step continues (counted by the step that began it).
+        let mut partitions = 0u64;
+        let mut last: Option<&str> = match &step {
+            Step::Partition { pk, after: Some(_) } => Some(pk.as_str()),
+            _ => None,
+        };
+        for e in &out.entities {
+            if last != Some(e.partition_key.as_str()) {
+                partitions += 1;
+                last = Some(e.partition_key.as_str());
+            }
+        }
         let checks: Vec<RowCheck> = futures::stream::iter(out.entities)
             .map(|e| check_row(store, table, schema, e))
             .buffer_unordered(CHECK_CONCURRENCY)
@@ -69,6 +82,7 @@ impl JobRunner for ScanCheck {
             .await?;
         let mut result = StepResult { next: out.next.iter().map(|s| json!(s)).collect(), ..StepResult::default() };
         let count = |c: &mut BTreeMap<String, u64>, k: &str, n: u64| *c.entry(k.to_string()).or_default() += n;
+        count(&mut result.counters, "partitions", partitions);
         for check in checks {
             count(&mut result.counters, "rows", 1);
             count(&mut result.counters, "tombstones", u64::from(check.tombstone));

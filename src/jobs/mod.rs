@@ -124,6 +124,7 @@ impl Jobs {
             steps_done: 0,
             steps_pending: roots.len() as u64,
             created: model::now_rfc3339(),
+            started: None,
             finished: None,
             last_error: None,
         };
@@ -277,6 +278,9 @@ impl Jobs {
             let (mut job, tag) = self.read(id).await?;
             let Some(state) = next(&job) else { return Ok(job) };
             job.state = state;
+            if state == JobState::Running {
+                job.started = Some(model::now_rfc3339());
+            }
             if let Some(e) = error {
                 job.last_error = Some(e.to_string());
             }

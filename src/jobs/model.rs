@@ -142,6 +142,9 @@ pub struct Job {
     pub steps_pending: u64,
     /// When the job was created (RFC 3339, UTC).
     pub created: String,
+    /// When its first work items were on the queue.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started: Option<String>,
     /// When it reached a final state.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub finished: Option<String>,
