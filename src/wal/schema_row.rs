@@ -106,7 +106,7 @@ pub fn check(stored: &Entity, schema: &Schema, table: &str) -> Result<()> {
     if s.hash_key_id.as_ref() != configured {
         let id = |k: Option<&KeyId>| k.map_or_else(|| "none".to_string(), KeyId::to_string);
         return Err(Error::SchemaMismatch(format!(
-            "catalog '{table}' keys its hashed fields with the secret whose id is {}, but {} has id {}: with it no lookup would find the existing rows. Use the original secret. Rotating the secret means re-keying every row of the hashed indexes, a rebuild job that does not exist yet",
+            "catalog '{table}' keys its hashed fields with the secret whose id is {}, but {} has id {}: with it no lookup would find the existing rows. Use the original secret. Rotating the secret means re-keying every row of the hashed indexes: `table-catalog rebuild --into NEW_NAME` with TABLE_CATALOG_REBUILD_HASH_KEY set to the new secret",
             id(s.hash_key_id.as_ref()),
             settings::HASH_KEY,
             id(configured)
