@@ -243,7 +243,7 @@ impl Jobs {
 
     /// Marks the job done with its totals when nothing is outstanding.
     async fn finish_if_complete(&self, id: &JobId) -> Result<()> {
-        if self.rows.todo_count(id).await? > 0 {
+        if self.rows.any_todo(id).await? {
             return Ok(());
         }
         let (steps, counters) = self.rows.done_totals(id).await?;

@@ -152,6 +152,15 @@ impl JobRows {
         pager::owned_entities(self.store.clone(), self.table.clone(), partition, RowRange::default(), MAX_PAGE)
     }
 
+    /// True while any work item is outstanding: one request of one entity, whatever the
+    /// number outstanding (a page may be empty and still carry a token; the pager follows).
+    pub async fn any_todo(&self, id: &JobId) -> Result<bool> {
+        let range = RowRange::default();
+        let partition = todo(id);
+        let mut first = pager::entities(self.store.as_ref(), &self.table, &partition, &range, 1);
+        Ok(first.next().await.transpose()?.is_some())
+    }
+
     /// Number of outstanding work items (keys only on Azure).
     pub async fn todo_count(&self, id: &JobId) -> Result<u64> {
         Ok(self.store.count_range(&self.table, &todo(id), &RowRange::default()).await?.0)
