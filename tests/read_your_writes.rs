@@ -153,3 +153,48 @@ async fn a_consistent_lookup_applies_a_small_backlog_and_refuses_a_large_one() {
     assert!((1..=60).contains(&retry), "Retry-After {retry}");
     assert!(c.status().await.unwrap().pending > MAX_CATCH_UP, "a refused consistent read applies nothing");
 }
+
+/// The cost of `consistent=true` in storage requests (docs/BENCHMARKS.md): with nothing
+/// pending, the shard count (another process may have raised it) and one request per WAL
+/// shard (its oldest pending entry) before the lookup's own;
+/// with one pending write, the catch-up adds what applying it costs.
+#[tokio::test]
+async fn a_consistent_lookup_costs_one_request_per_shard_and_one_more_when_nothing_is_pending() {
+    use table_catalog::catalog::{Catalog, CatalogOptions};
+    use table_catalog::config::Names;
+    use table_catalog::query::Filter;
+    use table_catalog::store::layer::LayeredStore;
+    use table_catalog::store::local::LocalStore;
+
+    let store = Arc::new(LayeredStore::with_layer(
+        Arc::new(LocalStore::in_memory().unwrap()),
+        common::CallCounter::new(|_| true),
+    ));
+    let names = Names::new("ryw", None, None).unwrap();
+    let c = Catalog::open(store.clone(), names, common::airports_schema(), CatalogOptions::default()).await.unwrap();
+    let shards = u64::from(c.wal().shard_count());
+    c.upsert(airport(1), true).await.unwrap();
+    c.hints_settled().await;
+    let by_icao = Filter::new(vec![("icao".into(), "B0001".into())]);
+    let cost = |before: u64| store.layer().get() - before;
+
+    let before = store.layer().get();
+    assert_eq!(c.query(&by_icao, 10, None).await.unwrap().records.len(), 1);
+    let plain = cost(before);
+    let before = store.layer().get();
+    assert_eq!(c.query_consistent(&by_icao, 10, None).await.unwrap().records.len(), 1);
+    let consistent = cost(before);
+    assert_eq!(plain, 1, "a lookup by one identifier reads one partition");
+    assert_eq!(consistent, plain + 1 + shards, "the shard count, one oldest-pending read per shard, the lookup");
+
+    c.upsert(airport(2), false).await.unwrap();
+    c.hints_settled().await;
+    let before = store.layer().get();
+    let by_2 = Filter::new(vec![("icao".into(), "B0002".into())]);
+    assert_eq!(c.query_consistent(&by_2, 10, None).await.unwrap().records.len(), 1);
+    let with_backlog = cost(before);
+    eprintln!(
+        "storage requests per lookup ({shards} shards): plain {plain}, consistent with nothing pending {consistent}, consistent with one pending write {with_backlog}"
+    );
+    assert!(with_backlog > consistent, "the catch-up applied the pending write");
+}
