@@ -16,6 +16,7 @@ pub mod catalog;
 pub mod config;
 pub mod faults;
 pub mod hinter;
+pub mod history;
 pub mod messages;
 pub mod metrics;
 pub mod names;

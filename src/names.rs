@@ -6,6 +6,9 @@
 use crate::error::{Error, Result};
 use crate::settings;
 
+/// Suffix of the history table name.
+pub const HISTORY_SUFFIX: &str = "history";
+
 /// Table and queue names of one catalog.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Names {
@@ -17,6 +20,9 @@ pub struct Names {
     pub queue: String,
     /// Poison queue (`{queue}-poison`).
     pub poison_queue: String,
+    /// History table (`{table}history`), used when the catalog keeps history
+    /// ([`crate::history`]); checked by [`Names::check_history_table`].
+    pub history_table: String,
 }
 
 /// Checks an Azure table name: alphanumeric, 3-63 characters, starting with a letter.
@@ -59,6 +65,22 @@ impl Names {
         let queue = queue.map_or_else(|| format!("{}-apply", table.to_lowercase()), String::from);
         validate_queue_name(settings::QUEUE, &queue)?;
         let poison_queue = format!("{queue}{}", settings::POISON_SUFFIX);
-        Ok(Names { table: table.to_string(), wal_table, queue, poison_queue })
+        let history_table = format!("{table}{HISTORY_SUFFIX}");
+        Ok(Names { table: table.to_string(), wal_table, queue, poison_queue, history_table })
+    }
+
+    /// Checks the history table name (a catalog name of more than 56 characters leaves no
+    /// room for the suffix). Only a catalog that keeps history needs it.
+    pub fn check_history_table(&self) -> Result<()> {
+        if crate::store::check_table_name(&self.history_table).is_ok() {
+            return Ok(());
+        }
+        Err(Error::Config(format!(
+            "{}: '{}' is too long for history: the history table '{}' must be at most 63 characters (catalog names up to {} characters)",
+            settings::NAME,
+            self.table,
+            self.history_table,
+            63 - HISTORY_SUFFIX.len()
+        )))
     }
 }

@@ -11,6 +11,7 @@ use futures::{StreamExt, TryStreamExt};
 use super::fanout::RowWrite;
 use super::Applier;
 use crate::error::Result;
+use crate::history::{Change, ChangeOp};
 use crate::query::Filter;
 use crate::record::{self, Record, RowMeta};
 use crate::store::{pager, BatchOp, Entity, Value, MAX_BATCH_OPS, MAX_PAGE};
@@ -26,7 +27,9 @@ impl Applier {
             Op::Delete { filter } => (filter, None),
             Op::Upsert { .. } => return self.apply_upserts(std::slice::from_ref(entry)).await,
         };
+        let op = ChangeOp::of(&entry.op);
         let new_keys = new_record.map(|r| self.schema.record_keys(r)).transpose()?;
+        let new_identity = new_keys.as_ref().map(|k| &k.row_key);
         let new_rows: BTreeSet<(String, String)> =
             new_keys.iter().flat_map(|k| k.partitions.iter().map(|(_, pk)| (pk.clone(), k.row_key.clone()))).collect();
         let pk = filter.partition_key()?;
@@ -56,11 +59,21 @@ impl Applier {
                 .map(|((pk, rk), rec)| (pk.clone(), rk.clone(), &entry.id, RowWrite::Tombstone(rec)))
                 .collect();
             self.write_rows(writes).await?;
+            // One history row per identity removed (the new record's own identity, when the
+            // filter matched it, gets the row below instead).
+            let removed: BTreeSet<&String> = doomed.keys().map(|(_, rk)| rk).filter(|rk| Some(*rk) != new_identity).collect();
+            let changes = removed
+                .into_iter()
+                .map(|rk| Change { identity: rk.clone(), op, wal_id: &entry.id, record: None })
+                .collect();
+            self.record_history(changes).await?;
         }
-        if let Some(record) = new_record {
+        if let (Some(record), Some(identity)) = (new_record, new_identity) {
             let writes =
                 new_rows.iter().map(|(pk, rk)| (pk.clone(), rk.clone(), &entry.id, RowWrite::Live(record))).collect();
             self.write_rows(writes).await?;
+            let change = Change { identity: identity.clone(), op, wal_id: &entry.id, record: Some(record) };
+            self.record_history(vec![change]).await?;
         }
         Ok(())
     }
