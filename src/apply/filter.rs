@@ -38,7 +38,12 @@ impl Applier {
             .flat_map(|range| pager::pages(self.store.as_ref(), &self.catalog_table, &pk, range, MAX_PAGE));
         while let Some(page) = pages.try_next().await? {
             let mut doomed: BTreeMap<(String, String), Record> = BTreeMap::new();
-            for (row_key, rec) in self.matches(filter, &entry.id, &page.entities) {
+            // Identities whose matched row a later entry wrote (applied before this one).
+            let mut newer: BTreeSet<String> = BTreeSet::new();
+            for (row_key, rec, later) in self.matches(filter, &entry.id, &page.entities) {
+                if later {
+                    newer.insert(row_key.clone());
+                }
                 let rows = match self.schema.record_keys(&rec) {
                     Ok(k) => k.partitions.into_iter().map(|(_, pk)| (pk, k.row_key.clone())).collect(),
                     // A row another client wrote that our schema cannot key: remove the row found.
@@ -61,11 +66,16 @@ impl Applier {
             self.write_rows(writes).await?;
             // One history row per identity removed (the new record's own identity, when the
             // filter matched it, gets the row below instead).
-            let removed: BTreeSet<&String> = doomed.keys().map(|(_, rk)| rk).filter(|rk| Some(*rk) != new_identity).collect();
-            let changes = removed
-                .into_iter()
-                .map(|rk| Change { identity: rk.clone(), op, wal_id: &entry.id, record: None })
-                .collect();
+            let removed: BTreeSet<&String> =
+                doomed.keys().map(|(_, rk)| rk).filter(|rk| Some(*rk) != new_identity).collect();
+            let mut changes = Vec::with_capacity(removed.len());
+            for rk in removed {
+                // A row a later entry wrote was removed by this one only if the record existed
+                // before this entry in id order (else the later entry created it).
+                if !newer.contains(rk) || self.existed_before(rk, &entry.id).await? {
+                    changes.push(Change { identity: rk.clone(), op, wal_id: &entry.id, record: None });
+                }
+            }
             self.record_history(changes).await?;
         }
         if let (Some(record), Some(identity)) = (new_record, new_identity) {
@@ -80,8 +90,9 @@ impl Applier {
 
     /// The records of one page of the filter's partition that the filter addresses for
     /// entry `id`: live matching rows, plus rows this same entry already turned into
-    /// tombstones (a re-application after a crash). Returns (RowKey, record).
-    fn matches(&self, filter: &Filter, id: &WalId, entities: &[Entity]) -> Vec<(String, Record)> {
+    /// tombstones (a re-application after a crash). Returns (RowKey, record, whether the row
+    /// was written by an entry with a larger id than `id`).
+    fn matches(&self, filter: &Filter, id: &WalId, entities: &[Entity]) -> Vec<(String, Record, bool)> {
         let mut out = Vec::new();
         for e in entities {
             let meta = RowMeta::of(e);
@@ -90,7 +101,7 @@ impl Applier {
             }
             let rec = record::payload(e, &meta);
             if filter.matches(&rec) {
-                out.push((e.row_key.clone(), rec));
+                out.push((e.row_key.clone(), rec, meta.wal_id.as_str() > id.as_str()));
             }
         }
         out

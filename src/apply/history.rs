@@ -14,8 +14,9 @@ use futures::{StreamExt, TryStreamExt};
 use super::Applier;
 use crate::error::Result;
 use crate::faults;
-use crate::history::{retention, Change, HistoryOptions};
-use crate::store::{BatchOp, Entity, StoreError};
+use crate::history::{self, retention, Change, HistoryEntry, HistoryOptions};
+use crate::store::{pager, BatchOp, Entity, RowRange, StoreError};
+use crate::wal::WalId;
 use crate::wal::append::batches;
 
 /// Where an applier writes history, and the retention limits.
@@ -52,6 +53,21 @@ impl Applier {
             .try_collect::<Vec<()>>()
             .await?;
         faults::point("after_history_write")
+    }
+
+    /// Whether the history of `identity` says the record existed just before entry `id`: its
+    /// newest row older than `id` holds a record. One query (`RowKey gt` the entry's history
+    /// key, first row). Used for a row that a filter entry matched but a later entry wrote
+    /// (an upsert of another shard applied first): the filter removed that record in id
+    /// order only if it existed before the filter. False without history.
+    pub(crate) async fn existed_before(&self, identity: &str, id: &WalId) -> Result<bool> {
+        let Some(target) = &self.history else { return Ok(false) };
+        let range = RowRange { after: Some(history::row_key(id)), ..RowRange::default() };
+        let mut older = pager::entities(self.store.as_ref(), &target.table, identity, &range, 1);
+        match older.try_next().await? {
+            Some(row) => Ok(HistoryEntry::from_entity(&row)?.record.is_some()),
+            None => Ok(false),
+        }
     }
 
     /// Inserts the rows of one identity, an entity group transaction per 100 rows (and
