@@ -264,3 +264,49 @@ async fn the_http_api_pages_the_history_newest_first() {
     let (s, _) = common::call(&app, "GET", "/api/records/history?icao=KJFK", None, Body::empty()).await;
     assert_eq!(s, StatusCode::NOT_FOUND);
 }
+
+/// Storage requests per write, history off and on, counted by the `status` counting layer
+/// (`CountingStore`), on each backend: a bulk write of 1,000 new records (logged in one
+/// append, applied in runs of 64) and 100 single upserts applied one at a time (`wait`).
+/// History on costs exactly one request more per record and group. The numbers are printed
+/// for docs/BENCHMARKS.md.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn storage_requests_per_write_with_history_on_and_off() {
+    use table_catalog::store::counting::CountingStore;
+    for backend in common::backends() {
+        let mut per_write = Vec::new();
+        for history in [HistoryOptions::default(), HistoryOptions::on()] {
+            let counting = Arc::new(CountingStore::new(common::store(backend)));
+            let counts = counting.counts().clone();
+            let names = Names::new(&common::unique_name("histreq"), None, None).unwrap();
+            let mut opts = options(history);
+            opts.wal.shards = 4;
+            let c = open(counting, &names, opts).await;
+            let bulk: Vec<Record> = (0..1000)
+                .map(|i| rec(json!({"icao": format!("K{i:04}"), "iata": format!("I{i:04}"), "lid": format!("L{i:04}"), "name": format!("Field {i}")})))
+                .collect();
+            // Table requests (the queue requests of apply hints depend on timing).
+            let before = counts.snapshot().table;
+            c.upsert_many(bulk, false).await.unwrap();
+            c.recover().await.unwrap();
+            let bulk_total = counts.snapshot().table - before;
+            let before = counts.snapshot().table;
+            for i in 0..100 {
+                c.upsert(jfk(i), true).await.unwrap();
+            }
+            let single_total = counts.snapshot().table - before;
+            per_write.push((bulk_total, single_total));
+        }
+        let [(bulk_off, single_off), (bulk_on, single_on)] = per_write[..] else { unreachable!() };
+        eprintln!(
+            "{backend:?}: table requests per write, history off -> on: bulk (1,000 new records) {:.3} -> {:.3}; \
+             single upserts with wait (100, one record) {:.2} -> {:.2}",
+            bulk_off as f64 / 1000.0,
+            bulk_on as f64 / 1000.0,
+            single_off as f64 / 100.0,
+            single_on as f64 / 100.0
+        );
+        assert_eq!(bulk_on - bulk_off, 1000, "{backend:?}: one history insert per new record");
+        assert!(single_on >= single_off + 100, "{backend:?}: one history insert per applied upsert");
+    }
+}
