@@ -251,6 +251,12 @@ mod tests {
         assert!(Names::new("cat", Some("cat_WAL"), None).unwrap_err().to_string().contains("TABLE_CATALOG_WAL_NAME"));
         assert!(Names::new("cat", None, Some("Bad_Queue")).unwrap_err().to_string().contains("TABLE_CATALOG_QUEUE"));
         assert!(Names::new("cat", Some("CAT"), None).is_err());
+        assert_eq!(n.history_table, "Airportshistory");
+        assert!(n.check_history_table().is_ok());
+        let long = Names::new(&"a".repeat(57), Some("w57"), Some("q57")).unwrap();
+        let err = long.check_history_table().unwrap_err().to_string();
+        assert!(err.contains("TABLE_CATALOG_NAME") && err.contains("56"), "{err}");
+        assert!(Names::new(&"a".repeat(56), Some("w56"), Some("q56")).unwrap().check_history_table().is_ok());
     }
 
     #[test]

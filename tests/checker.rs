@@ -859,7 +859,10 @@ fn check_history(
         }
         for w in rows.windows(2) {
             if w[0].wal_id <= w[1].wal_id {
-                out.push(format!("history of {rk}: {} listed before {} (not newest first, or twice)", w[0].wal_id, w[1].wal_id));
+                out.push(format!(
+                    "history of {rk}: {} listed before {} (not newest first, or twice)",
+                    w[0].wal_id, w[1].wal_id
+                ));
             }
         }
         // Agreement with the final state.
@@ -886,7 +889,8 @@ fn check_history(
                     // operation acknowledged before the filter was issued?
                     let before = rows.iter().find(|h| h.wal_id.as_str() < id);
                     let seen = before.is_some_and(|h| {
-                        h.record.is_some() && by_id.get(h.wal_id.as_str()).is_some_and(|w| w.acked && w.ended < op.issued)
+                        h.record.is_some()
+                            && by_id.get(h.wal_id.as_str()).is_some_and(|w| w.acked && w.ended < op.issued)
                     });
                     if seen {
                         out.push(format!(
@@ -901,7 +905,10 @@ fn check_history(
         for h in rows {
             if let Some(op) = by_id.get(h.wal_id.as_str()) {
                 if effect(op, rk, identity).is_none() {
-                    out.push(format!("history of {rk}: row {} belongs to an operation that does not touch it", h.wal_id));
+                    out.push(format!(
+                        "history of {rk}: row {} belongs to an operation that does not touch it",
+                        h.wal_id
+                    ));
                 }
             }
         }

@@ -25,7 +25,9 @@ fn rec(v: Value) -> Record {
 }
 
 fn jfk(elevation: i64) -> Record {
-    rec(json!({"icao": "KJFK", "iata": "JFK", "lid": "JFK", "name": "John F Kennedy International Airport", "elevation": elevation}))
+    rec(
+        json!({"icao": "KJFK", "iata": "JFK", "lid": "JFK", "name": "John F Kennedy International Airport", "elevation": elevation}),
+    )
 }
 
 fn lga(iata: &str, elevation: i64) -> Record {

@@ -39,7 +39,12 @@ impl Applier {
             for (_, pk) in keys.partitions {
                 rows.insert((pk, keys.row_key.clone()), (&entry.id, record));
             }
-            changes.push(Change { identity: keys.row_key, op: ChangeOp::Upsert, wal_id: &entry.id, record: Some(record) });
+            changes.push(Change {
+                identity: keys.row_key,
+                op: ChangeOp::Upsert,
+                wal_id: &entry.id,
+                record: Some(record),
+            });
         }
         self.write_rows(rows.into_iter().map(|((pk, rk), (id, rec))| (pk, rk, id, RowWrite::Live(rec))).collect())
             .await?;

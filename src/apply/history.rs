@@ -16,8 +16,8 @@ use crate::error::Result;
 use crate::faults;
 use crate::history::{self, retention, Change, HistoryEntry, HistoryOptions};
 use crate::store::{pager, BatchOp, Entity, RowRange, StoreError};
-use crate::wal::WalId;
 use crate::wal::append::batches;
+use crate::wal::WalId;
 
 /// Where an applier writes history, and the retention limits.
 #[derive(Debug, Clone)]
@@ -83,7 +83,9 @@ impl Applier {
                 match result {
                     Ok(()) => break,
                     Err(StoreError::AlreadyExists(_)) if ops.len() == 1 => break,
-                    Err(StoreError::BatchFailed { index, source }) if matches!(*source, StoreError::AlreadyExists(_)) => {
+                    Err(StoreError::BatchFailed { index, source })
+                        if matches!(*source, StoreError::AlreadyExists(_)) =>
+                    {
                         ops.remove(index.min(ops.len() - 1));
                     }
                     Err(e) => return Err(e.into()),

@@ -68,7 +68,10 @@ impl HistoryOptions {
     pub fn validate(&self) -> Result<()> {
         if let Some(d) = self.keep_days {
             if !(1..=MAX_DAYS).contains(&d) {
-                return Err(Error::Config(format!("{}: {d} is out of range 1..={MAX_DAYS} days", settings::HISTORY_DAYS)));
+                return Err(Error::Config(format!(
+                    "{}: {d} is out of range 1..={MAX_DAYS} days",
+                    settings::HISTORY_DAYS
+                )));
             }
         }
         if let Some(m) = self.max_per_record {
@@ -204,10 +207,12 @@ pub struct HistoryEntry {
 impl HistoryEntry {
     /// Reads a stored row; an unreadable row is an error naming it.
     pub fn from_entity(e: &Entity) -> Result<HistoryEntry> {
-        let bad = |what: &str| Error::Store(crate::store::StoreError::Other(format!(
-            "history row {}/{}: {what}",
-            e.partition_key, e.row_key
-        )));
+        let bad = |what: &str| {
+            Error::Store(crate::store::StoreError::Other(format!(
+                "history row {}/{}: {what}",
+                e.partition_key, e.row_key
+            )))
+        };
         let op = e.str("op").and_then(ChangeOp::parse).ok_or_else(|| bad("missing or unknown op"))?;
         let time_us = match e.properties.get("time") {
             Some(Value::Int64(t)) => *t,
@@ -266,7 +271,8 @@ mod tests {
     fn rows_round_trip_with_large_records_split_under_the_property_limit() {
         let record = json!({"name": "é😀".repeat(40_000), "n": 1}).as_object().cloned().unwrap();
         let wal = id(1_763_699_340_123_456, "0f8fad5b-d9cb-469f-a165-70867728950e");
-        let change = Change { identity: "faux:1234abcd".into(), op: ChangeOp::Replace, wal_id: &wal, record: Some(&record) };
+        let change =
+            Change { identity: "faux:1234abcd".into(), op: ChangeOp::Replace, wal_id: &wal, record: Some(&record) };
         let e = change.to_entity();
         for (k, v) in &e.properties {
             if let Value::String(s) = v {
@@ -275,7 +281,10 @@ mod tests {
         }
         let back = HistoryEntry::from_entity(&e).unwrap();
         assert_eq!(back.record.as_ref(), Some(&record));
-        assert_eq!((back.op, back.wal_id.as_str(), back.time_us), (ChangeOp::Replace, wal.as_str(), 1_763_699_340_123_456));
+        assert_eq!(
+            (back.op, back.wal_id.as_str(), back.time_us),
+            (ChangeOp::Replace, wal.as_str(), 1_763_699_340_123_456)
+        );
         assert_eq!(back.time, "2025-11-21T04:29:00.123456Z");
         let removed = Change { record: None, op: ChangeOp::Delete, ..change };
         assert_eq!(HistoryEntry::from_entity(&removed.to_entity()).unwrap().record, None);

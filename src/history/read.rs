@@ -31,10 +31,8 @@ pub struct HistoryPage {
 /// longer found by its identifiers, and neither is its history.
 pub async fn identities<S: TableStore + ?Sized>(store: &S, table: &str, partition_key: &str) -> Result<Vec<String>> {
     let all = RowRange::default();
-    let keys: Vec<String> = pager::entities(store, table, partition_key, &all, MAX_PAGE)
-        .map_ok(|e| e.row_key)
-        .try_collect()
-        .await?;
+    let keys: Vec<String> =
+        pager::entities(store, table, partition_key, &all, MAX_PAGE).map_ok(|e| e.row_key).try_collect().await?;
     if keys.len() > MAX_IDENTITIES {
         return Err(Error::invalid(format!(
             "history: the filter matches {} records; a history read covers at most {MAX_IDENTITIES}",
@@ -97,12 +95,11 @@ pub async fn page<S: TableStore + ?Sized>(
     let cursor = continuation.map(decode).transpose()?;
     let range = RowRange { from: cursor.as_ref().map(|c| c.0.clone()), ..RowRange::default() };
     // Futures built first, so the stream borrows no closure (axum handlers must be `Send`).
-    let reads: Vec<_> =
-        identities.iter().map(|identity| read_identity(store, table, identity, &range, cursor.as_ref(), limit)).collect();
-    let per_identity: Vec<Vec<HistoryEntry>> = futures::stream::iter(reads)
-        .buffered(PARALLEL)
-        .try_collect()
-        .await?;
+    let reads: Vec<_> = identities
+        .iter()
+        .map(|identity| read_identity(store, table, identity, &range, cursor.as_ref(), limit))
+        .collect();
+    let per_identity: Vec<Vec<HistoryEntry>> = futures::stream::iter(reads).buffered(PARALLEL).try_collect().await?;
     let mut merged: Vec<HistoryEntry> = per_identity.into_iter().flatten().collect();
     merged.sort_by(|a, b| (&a.row_key, &a.identity).cmp(&(&b.row_key, &b.identity)));
     let more = merged.len() > limit;

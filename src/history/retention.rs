@@ -45,10 +45,8 @@ pub async fn trim<S: TableStore + ?Sized>(
     if let Some(days) = opts.keep_days {
         let cutoff = now_micros() - i64::from(days) * DAY_US;
         let range = RowRange { from: Some(inverted_time(cutoff)), ..RowRange::default() };
-        let old: Vec<String> = pager::entities(store, table, identity, &range, MAX_PAGE)
-            .map_ok(|e| e.row_key)
-            .try_collect()
-            .await?;
+        let old: Vec<String> =
+            pager::entities(store, table, identity, &range, MAX_PAGE).map_ok(|e| e.row_key).try_collect().await?;
         bulk_delete::delete_rows(store, table, identity, &old).await?;
         removed += old.len();
     }
