@@ -233,8 +233,7 @@ async fn retention_trims_by_count_and_by_age() {
 /// Functions handler.
 #[tokio::test]
 async fn the_http_api_pages_the_history_newest_first() {
-    let mut opts = CatalogOptions::default();
-    opts.history = HistoryOptions::on();
+    let opts = CatalogOptions { history: HistoryOptions::on(), ..CatalogOptions::default() };
     let c = common::catalog_with(common::Backend::Local, common::airports_schema(), opts).await;
     let app = table_catalog::functions::handler_router(c.clone());
     let mut ids = Vec::new();

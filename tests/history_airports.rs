@@ -26,8 +26,7 @@ type Expected = Vec<(ChangeOp, Option<String>, Option<Record>)>;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn airports_plus_1000_updates_and_deletes_give_one_history_row_per_change() {
     let count: usize = std::env::var("TC_HISTORY_AIRPORTS").ok().and_then(|v| v.parse().ok()).unwrap_or(4_000);
-    let mut opts = CatalogOptions::default();
-    opts.history = HistoryOptions::on();
+    let opts = CatalogOptions { history: HistoryOptions::on(), ..CatalogOptions::default() };
     let c = common::catalog_with(common::Backend::Local, common::airports_schema(), opts).await;
     let schema: Schema = c.schema().clone();
     let identity = |r: &Record| schema.record_keys(r).unwrap().row_key;
