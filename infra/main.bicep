@@ -44,6 +44,18 @@ param indexKeys string
 @description('Field whose value starts the RowKey (TABLE_CATALOG_ROW_KEY).')
 param rowKey string
 
+@description('Index fields keyed by an HMAC-SHA-256 of their value instead of the value (TABLE_CATALOG_HASHED_KEYS), comma-separated, e.g. ssn. Empty: none. Needs hashKeyVaultName and hashKeySecretName.')
+param hashedKeys string = ''
+
+@description('Hashed fields that records hold as hmac-sha256:<hex> instead of the value (TABLE_CATALOG_REDACT_KEYS), a subset of hashedKeys. Empty: none.')
+param redactKeys string = ''
+
+@description('Key Vault (in this resource group) holding the HMAC secret of hashed fields. Empty: no secret (no hashed fields). The app identity gets Key Vault Secrets User on it.')
+param hashKeyVaultName string = ''
+
+@description('Name of the secret in hashKeyVaultName: at least 32 random bytes as base64 or hex, e.g. az keyvault secret set --vault-name <vault> -n catalog-hash-key --value "$(openssl rand -base64 32)".')
+param hashKeySecretName string = 'catalog-hash-key'
+
 @description('WAL shards new writes are spread over (TABLE_CATALOG_WAL_SHARDS), 1-64. The catalog keeps the largest count it was ever opened with, so raise it, never lower it. 4 suits up to about 800 writes/s; 8 or 16 above.')
 @minValue(1)
 @maxValue(64)
@@ -100,6 +112,12 @@ var roleStorageBlobDataOwner = 'b7e6dc6d-f1e8-4753-8033-0f276bb0955b'
 var roleStorageQueueDataContributor = '974c5e8b-45b9-4653-ba55-5f855dd0fb88'
 var roleStorageTableDataContributor = '0a9a7e1f-b9d0-4cc4-a60d-0319b160aaa3'
 var roleMonitoringMetricsPublisher = '3913510d-42f4-4e42-8a64-420c390055eb'
+var roleKeyVaultSecretsUser = '4633458b-17de-408a-b874-0445c86b69e6'
+
+// TABLE_CATALOG_HASH_KEY: a Key Vault reference, which the Functions host resolves with the
+// app's identity (keyVaultReferenceIdentity) and passes to the binary as the secret's value.
+// The secret itself is never in the template, its parameters or the app settings.
+var hashKeyReference = empty(hashKeyVaultName) ? '' : '@Microsoft.KeyVault(VaultName=${hashKeyVaultName};SecretName=${hashKeySecretName})'
 
 // ---- Storage: catalog + WAL tables, apply + poison queues, deployment container ----------
 
@@ -239,6 +257,21 @@ resource metricsPublisherRole 'Microsoft.Authorization/roleAssignments@2022-04-0
   }
 }
 
+// Reads the HMAC secret of hashed fields (only when a vault is given).
+resource hashKeyVault 'Microsoft.KeyVault/vaults@2023-07-01' existing = if (!empty(hashKeyVaultName)) {
+  name: hashKeyVaultName
+}
+
+resource hashKeySecretsUserRole 'Microsoft.Authorization/roleAssignments@2022-04-01' = if (!empty(hashKeyVaultName)) {
+  name: guid(resourceGroup().id, hashKeyVaultName, identity.id, roleKeyVaultSecretsUser)
+  scope: hashKeyVault
+  properties: {
+    roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', roleKeyVaultSecretsUser)
+    principalId: identity.properties.principalId
+    principalType: 'ServicePrincipal'
+  }
+}
+
 // ---- Function App on Flex Consumption ------------------------------------------------------
 
 resource plan 'Microsoft.Web/serverfarms@2024-04-01' = {
@@ -267,6 +300,8 @@ resource functionApp 'Microsoft.Web/sites@2024-04-01' = {
   properties: {
     serverFarmId: plan.id
     httpsOnly: true
+    // Key Vault references (TABLE_CATALOG_HASH_KEY) are resolved with the user-assigned identity.
+    keyVaultReferenceIdentity: identity.id
     siteConfig: {
       minTlsVersion: '1.2'
       // Flex Consumption rejects FUNCTIONS_WORKER_RUNTIME and FUNCTIONS_EXTENSION_VERSION:
@@ -324,6 +359,18 @@ resource functionApp 'Microsoft.Web/sites@2024-04-01' = {
           name: 'TABLE_CATALOG_WAL_SHARDS'
           value: string(walShards)
         }
+        {
+          name: 'TABLE_CATALOG_HASHED_KEYS'
+          value: hashedKeys
+        }
+        {
+          name: 'TABLE_CATALOG_REDACT_KEYS'
+          value: redactKeys
+        }
+        {
+          name: 'TABLE_CATALOG_HASH_KEY'
+          value: hashKeyReference
+        }
       ]
     }
     functionAppConfig: {
@@ -353,6 +400,7 @@ resource functionApp 'Microsoft.Web/sites@2024-04-01' = {
     queueContributorRole
     tableContributorRole
     metricsPublisherRole
+    hashKeySecretsUserRole
     deploymentContainer
     catalogTable
     walTable

@@ -25,7 +25,7 @@ use crate::query::{self, Filter, ResultPage};
 use crate::record::{self, Record};
 use crate::schema::{RecordKeys, Schema};
 use crate::store::counting::{RequestCounts, RequestSnapshot};
-use crate::store::{Store, StoreError, MAX_PAGE};
+use crate::store::{Store, MAX_PAGE};
 use crate::wal::{DeadPage, Op, ShardId, Wal, WalId, WalOptions};
 
 /// Tunables of a catalog.
@@ -37,9 +37,6 @@ pub struct CatalogOptions {
     pub wait_timeout: Duration,
     /// The sweeper applies entries pending longer than this.
     pub sweep_apply_after: Duration,
-    /// Deliveries of a failing queue message before it goes to the poison queue (the
-    /// Functions default, host.json `maxDequeueCount`, is 5).
-    pub max_dequeue_count: u32,
     /// Longest a consistent read ([`Catalog::query_consistent`]) applies pending entries
     /// before it gives up with [`Error::Busy`].
     pub consistent_timeout: Duration,
@@ -53,7 +50,6 @@ impl Default for CatalogOptions {
             wal: WalOptions::default(),
             wait_timeout: Duration::from_secs(30),
             sweep_apply_after: Duration::from_secs(30),
-            max_dequeue_count: 5,
             consistent_timeout: Duration::from_secs(2),
             history: HistoryOptions { enabled: crate::history::DEFAULT_ENABLED, ..HistoryOptions::default() },
         }
@@ -131,8 +127,9 @@ pub enum MessageOutcome {
         /// The WAL id of a logged intent.
         id: Option<String>,
     },
-    /// The message can never succeed; it was put on the poison queue with this reason.
-    Poisoned {
+    /// The message can never succeed (the dispatcher puts it on the poison queue with this
+    /// reason; see [`crate::dispatch`]).
+    Rejected {
         /// Why.
         reason: String,
     },
@@ -214,11 +211,21 @@ impl Catalog {
     }
 
     /// Validates a record and keys it; an upsert of it goes to the shard of its RowKey.
-    fn check_record(&self, record: &Record) -> Result<(RecordKeys, ShardId)> {
-        record::validate(record)?;
-        let keys = self.schema().record_keys(record)?;
+    /// Returns the record as it is logged and stored: redacted fields hold their HMAC
+    /// ([`Schema::redact`]), so neither the WAL entry nor a row holds their plaintext.
+    fn check_record(&self, record: Record) -> Result<(Record, RecordKeys, ShardId)> {
+        let record = self.schema().redact(record);
+        record::validate(&record)?;
+        let keys = self.schema().record_keys(&record)?;
         let shard = self.applier.shard_of(&keys.row_key);
-        Ok((keys, shard))
+        Ok((record, keys, shard))
+    }
+
+    /// Validates a filter; returns it as it is logged, hashed fields' values in redacted
+    /// form ([`Schema::blind_filter`]).
+    fn check_filter(&self, filter: Filter) -> Result<Filter> {
+        filter.validate(self.schema())?;
+        Ok(self.schema().blind_filter(filter))
     }
 
     /// Adds a record. Fails with [`Error::Conflict`] when a record with the same identity
@@ -226,7 +233,7 @@ impl Catalog {
     /// overwrite. The check is made when the write is logged: two concurrent inserts of the
     /// same identity both succeed and the later one wins.
     pub async fn insert(&self, record: Record, wait: bool) -> Result<Written> {
-        let (keys, shard) = self.check_record(&record)?;
+        let (record, keys, shard) = self.check_record(record)?;
         if let Some((_, pk)) = keys.partitions.first() {
             if let Some(row) = self.store.get(&self.names.table, pk, &keys.row_key).await? {
                 if record::from_entity(&row).is_some() {
@@ -242,22 +249,22 @@ impl Catalog {
 
     /// Stores a record in every index, replacing one with the same identity.
     pub async fn upsert(&self, record: Record, wait: bool) -> Result<Written> {
-        let (_, shard) = self.check_record(&record)?;
+        let (record, _, shard) = self.check_record(record)?;
         self.log(shard, Op::Upsert { record }, wait).await
     }
 
     /// Deletes the records matching `filter` (when applied) and stores `record`. Use it to
     /// change a record's indexed values.
     pub async fn replace(&self, filter: Filter, record: Record, wait: bool) -> Result<Written> {
-        filter.validate(self.schema())?;
-        self.check_record(&record)?;
+        let filter = self.check_filter(filter)?;
+        let (record, _, _) = self.check_record(record)?;
         self.log(ShardId::ZERO, Op::Replace { filter, record }, wait).await
     }
 
     /// Deletes the records matching `filter` from every index. The filter is resolved when
     /// the entry is applied, so it also deletes matching writes logged before it.
     pub async fn delete(&self, filter: Filter, wait: bool) -> Result<Written> {
-        filter.validate(self.schema())?;
+        let filter = self.check_filter(filter)?;
         self.log(ShardId::ZERO, Op::Delete { filter }, wait).await
     }
 
@@ -281,8 +288,8 @@ impl Catalog {
         let mut ops = Vec::new();
         let mut slots = Vec::new();
         for (i, record) in records.into_iter().enumerate() {
-            match self.check_record(&record) {
-                Ok((_, shard)) => {
+            match self.check_record(record) {
+                Ok((record, _, shard)) => {
                     ops.push((shard, Op::Upsert { record }));
                     slots.push(i);
                     results.push(Ok(String::new()));
@@ -365,7 +372,7 @@ impl Catalog {
         if limit == 0 || limit > MAX_PAGE {
             return Err(Error::invalid(format!("limit: {limit} is out of range 1..={MAX_PAGE}")));
         }
-        query::query_page(self.store.as_ref(), &self.names.table, filter, limit, continuation).await
+        query::query_page(self.store.as_ref(), &self.names.table, self.schema(), filter, limit, continuation).await
     }
 
     /// Read-your-writes: [`Catalog::query`], after every write acknowledged before this call
@@ -426,7 +433,7 @@ impl Catalog {
         };
         let filter = Filter::new(vec![(field.to_string(), value.to_string())]);
         filter.validate(self.schema())?;
-        let pk = filter.partition_key()?;
+        let pk = filter.partition_key(self.schema())?;
         let identities = crate::history::read::identities(self.store.as_ref(), &self.names.table, &pk).await?;
         crate::history::read::page(self.store.as_ref(), table, &identities, limit, continuation).await
     }
@@ -434,7 +441,7 @@ impl Catalog {
     /// Every record matching `filter`.
     pub async fn query_all(&self, filter: &Filter) -> Result<Vec<Record>> {
         filter.validate(self.schema())?;
-        Ok(query::query_all(self.store.as_ref(), &self.names.table, filter)
+        Ok(query::query_all(self.store.as_ref(), &self.names.table, self.schema(), filter)
             .await?
             .into_iter()
             .map(|f| f.record)
@@ -551,46 +558,42 @@ impl Catalog {
     }
 
     /// Handles one apply-queue message (decoded text, i.e. after Base64). Hints apply the
-    /// shard they name; intents are logged once per `message_id` (in shard 0) and applied. A message that can
-    /// never succeed is put on the poison queue with its reason and reported as
-    /// [`MessageOutcome::Poisoned`]; a transient failure is an `Err` (retry the message).
-    pub async fn process_message(&self, text: &str, message_id: &str, dequeue_count: u32) -> Result<MessageOutcome> {
-        let result = self.handle_message(text, message_id, dequeue_count).await;
+    /// shard they name; intents are logged once per `message_id` (in shard 0) and applied. A
+    /// message that can never succeed is reported as [`MessageOutcome::Rejected`] with its
+    /// reason, having written nothing; a transient failure is an `Err` (retry the message).
+    /// Queue transport (decoding, poisoning, retries) is [`crate::dispatch`]'s.
+    pub async fn process_message(&self, text: &str, message_id: &str) -> Result<MessageOutcome> {
+        let result = self.handle_message(text, message_id).await;
         match &result {
-            Ok(MessageOutcome::Poisoned { .. }) => self.apply_metrics.poisoned(),
+            Ok(MessageOutcome::Rejected { .. }) => self.apply_metrics.poisoned(),
             Err(_) => self.apply_metrics.retried(),
             Ok(MessageOutcome::Applied { .. }) => {}
         }
         result
     }
 
-    async fn handle_message(&self, text: &str, message_id: &str, dequeue_count: u32) -> Result<MessageOutcome> {
+    async fn handle_message(&self, text: &str, message_id: &str) -> Result<MessageOutcome> {
         let parsed = messages::parse(text).and_then(|m| match m {
             Message::Hint(h) => match ShardId::from_partition(&h.shard) {
                 Some(shard) => Ok((shard, None)),
                 None => Err(Error::invalid(format!("hint: '{}' is not a WAL shard (wal, wal-01..)", h.shard))),
             },
             Message::Intent(i) => {
-                let op = i.to_op()?;
-                match &op {
-                    Op::Upsert { record } => {
-                        self.check_record(record)?;
-                    }
+                // Logged as a direct write would be: redacted record, blinded filter.
+                let op = match i.to_op()? {
+                    Op::Upsert { record } => Op::Upsert { record: self.check_record(record)?.0 },
                     Op::Replace { filter, record } => {
-                        filter.validate(self.schema())?;
-                        self.check_record(record)?;
+                        Op::Replace { filter: self.check_filter(filter)?, record: self.check_record(record)?.0 }
                     }
-                    Op::Delete { filter } => filter.validate(self.schema())?,
-                }
+                    Op::Delete { filter } => Op::Delete { filter: self.check_filter(filter)? },
+                };
                 Ok((ShardId::ZERO, Some(op)))
             }
         });
         let (shard, op) = match parsed {
             Ok(parsed) => parsed,
             Err(e) => {
-                let reason = e.to_string();
-                self.poison(text, message_id, dequeue_count, &reason).await?;
-                return Ok(MessageOutcome::Poisoned { reason });
+                return Ok(MessageOutcome::Rejected { reason: e.to_string() });
             }
         };
         let id = match op {
@@ -607,30 +610,6 @@ impl Catalog {
             }
         }
         Ok(MessageOutcome::Applied { id })
-    }
-
-    /// Puts a message on the poison queue with the reason it failed.
-    pub async fn poison(&self, text: &str, message_id: &str, dequeue_count: u32, reason: &str) -> Result<()> {
-        tracing::warn!(message_id, dequeue_count, reason, "message moved to the poison queue");
-        let body = serde_json::json!({
-            "reason": reason,
-            "message_id": message_id,
-            "dequeue_count": dequeue_count,
-            "message": text.chars().take(40_000).collect::<String>(),
-        });
-        let encoded = messages::encode(&body.to_string());
-        match self.store.put_message(&self.names.poison_queue, &encoded, Duration::ZERO).await {
-            Ok(_) => Ok(()),
-            Err(StoreError::InvalidInput(_)) => {
-                let short =
-                    serde_json::json!({"reason": reason, "message_id": message_id, "message": "(too large to copy)"});
-                self.store
-                    .put_message(&self.names.poison_queue, &messages::encode(&short.to_string()), Duration::ZERO)
-                    .await?;
-                Ok(())
-            }
-            Err(e) => Err(e.into()),
-        }
     }
 
     /// Options in force.

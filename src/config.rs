@@ -18,13 +18,14 @@ use std::sync::Arc;
 
 use crate::catalog::{Catalog, CatalogOptions};
 use crate::error::{Error, Result};
+use crate::hashed::{HashKey, HashKeyError};
 use crate::schema::Schema;
 use crate::settings;
 use crate::store::azure::{identity, AzureStore};
 use crate::store::counting::{CountingStore, RequestCounts};
 use crate::store::local::{Durability, LocalStore};
-use crate::store::{Store, StoreError, Value};
-use crate::wal::METADATA;
+use crate::store::{Store, StoreError};
+use crate::wal::schema_row;
 
 pub use crate::names::{validate_queue_name, validate_table_name, Names};
 
@@ -60,6 +61,14 @@ pub struct Config {
     pub index_keys: Option<Vec<String>>,
     /// Row-key field; `None` means "use the stored schema".
     pub row_key: Option<String>,
+    /// Hashed index fields ([`crate::hashed`]); `None` means "as stored" (none for a new
+    /// catalog).
+    pub hashed_keys: Option<Vec<String>>,
+    /// Redacted fields, a subset of the hashed ones; `None` means "as stored".
+    pub redact_keys: Option<Vec<String>>,
+    /// The HMAC secret of hashed fields (`TABLE_CATALOG_HASH_KEY`). An invalid setting is
+    /// kept as its error (which never holds the value) and reported when the catalog opens.
+    pub hash_key: Option<std::result::Result<HashKey, HashKeyError>>,
     /// WAL table name (default `{name}wal`).
     pub wal_name: Option<String>,
     /// Apply queue name (default `{name}-apply`).
@@ -103,6 +112,9 @@ impl Config {
             name: name.to_string(),
             index_keys: None,
             row_key: None,
+            hashed_keys: None,
+            redact_keys: None,
+            hash_key: None,
             wal_name: None,
             queue: None,
             backend: Backend::Local(PathBuf::from(settings::DEFAULT_LOCAL_PATH)),
@@ -114,7 +126,8 @@ impl Config {
     /// Reads the environment: `TABLE_CATALOG_NAME` (default `catalog`),
     /// `TABLE_CATALOG_INDEX_KEYS`, `TABLE_CATALOG_ROW_KEY`, `TABLE_CATALOG_WAL_NAME`,
     /// `TABLE_CATALOG_QUEUE`, `TABLE_CATALOG_WAL_SHARDS`, `TABLE_CATALOG_HISTORY` (and its
-    /// `_DAYS`, `_MAX`), `TABLE_CATALOG_LOCAL_PATH`, and
+    /// `_DAYS`, `_MAX`), `TABLE_CATALOG_LOCAL_PATH`, `TABLE_CATALOG_HASHED_KEYS`,
+    /// `TABLE_CATALOG_REDACT_KEYS`, `TABLE_CATALOG_HASH_KEY`, and
     /// `AZURE_STORAGE_CONNECTION_STRING` falling back to `AzureWebJobsStorage`, then the
     /// identity-based `AzureWebJobsStorage__accountName`/`__tableServiceUri` (when none is
     /// set, the embedded store is used).
@@ -122,6 +135,9 @@ impl Config {
         let mut c = Config::new(&env(settings::NAME).unwrap_or_else(|| settings::DEFAULT_NAME.to_string()));
         c.index_keys = env(settings::INDEX_KEYS).map(|v| Schema::parse_list(&v));
         c.row_key = env(settings::ROW_KEY);
+        c.hashed_keys = env(settings::HASHED_KEYS).map(|v| Schema::parse_list(&v));
+        c.redact_keys = env(settings::REDACT_KEYS).map(|v| Schema::parse_list(&v));
+        c.hash_key = env(settings::HASH_KEY).map(|v| HashKey::from_setting(&v));
         c.wal_name = env(settings::WAL_NAME);
         c.queue = env(settings::QUEUE);
         if let Some(v) = env(settings::WAL_SHARDS) {
@@ -149,6 +165,20 @@ impl Config {
     /// Sets the row-key field (builder style).
     pub fn row_key(mut self, field: impl Into<String>) -> Config {
         self.row_key = Some(field.into());
+        self
+    }
+
+    /// Hashes these index fields and redacts `redact` (a subset) with `key` (builder
+    /// style; see [`crate::hashed`]).
+    pub fn hashed_keys<S: Into<String>>(
+        mut self,
+        hashed: impl IntoIterator<Item = S>,
+        redact: impl IntoIterator<Item = S>,
+        key: HashKey,
+    ) -> Config {
+        self.hashed_keys = Some(hashed.into_iter().map(Into::into).collect());
+        self.redact_keys = Some(redact.into_iter().map(Into::into).collect());
+        self.hash_key = Some(Ok(key));
         self
     }
 
@@ -193,37 +223,43 @@ impl Config {
     }
 
     /// The schema: from the configuration, or the one stored in the catalog when the
-    /// configuration names none.
+    /// configuration names none; hashed and redacted fields likewise, with the configured
+    /// secret (opening then checks them against the stored row).
     async fn resolve_schema(&self, store: &Arc<dyn Store>, names: &Names) -> Result<Schema> {
-        match (&self.index_keys, &self.row_key) {
-            (Some(keys), Some(row_key)) => Schema::new(keys.clone(), row_key.clone()),
-            (None, None) => {
-                let stored = match store.get(&names.wal_table, METADATA, "schema").await {
-                    Ok(s) => s,
-                    Err(crate::store::StoreError::NotFound(_)) => None,
-                    Err(e) => return Err(e.into()),
-                };
-                let stored = stored.ok_or_else(|| {
-                    Error::Config(format!(
+        let key = match &self.hash_key {
+            Some(Err(e)) => return Err(Error::Config(e.to_string())),
+            Some(Ok(key)) => Some(key.clone()),
+            None => None,
+        };
+        let configured = match (&self.index_keys, &self.row_key) {
+            (Some(keys), Some(row_key)) => Some(Schema::new(keys.clone(), row_key.clone())?),
+            (None, None) => None,
+            (None, Some(_)) => {
+                return Err(Error::Config(format!("{} is set but {} is not", settings::ROW_KEY, settings::INDEX_KEYS)))
+            }
+            (Some(_), None) => {
+                return Err(Error::Config(format!("{} is set but {} is not", settings::INDEX_KEYS, settings::ROW_KEY)))
+            }
+        };
+        // A configured schema includes its hashed fields (none unless set); the stored row is
+        // read only when no schema is configured, and opening checks one against the other.
+        let (schema, stored) = match configured {
+            Some(schema) => (schema, None),
+            None => match schema_row::read(store.as_ref(), &names.wal_table).await? {
+                Some(s) => (Schema::new(s.index_keys.clone(), s.row_key.clone())?, Some(s)),
+                None => {
+                    return Err(Error::Config(format!(
                         "catalog '{}' has no stored schema yet: set {} and {}",
                         names.table,
                         settings::INDEX_KEYS,
                         settings::ROW_KEY
-                    ))
-                })?;
-                let keys = match stored.properties.get("index_keys") {
-                    Some(Value::String(s)) => Schema::parse_list(s),
-                    _ => Vec::new(),
-                };
-                Schema::new(keys, stored.str("row_key").unwrap_or_default())
-            }
-            (None, Some(_)) => {
-                Err(Error::Config(format!("{} is set but {} is not", settings::ROW_KEY, settings::INDEX_KEYS)))
-            }
-            (Some(_), None) => {
-                Err(Error::Config(format!("{} is set but {} is not", settings::INDEX_KEYS, settings::ROW_KEY)))
-            }
-        }
+                    )))
+                }
+            },
+        };
+        let hashed = self.hashed_keys.clone().or_else(|| stored.as_ref().map(|s| s.hashed.clone())).unwrap_or_default();
+        let redact = self.redact_keys.clone().or_else(|| stored.as_ref().map(|s| s.redact.clone())).unwrap_or_default();
+        schema.with_hashed_keys(hashed, redact, key)
     }
 
     /// Connects and opens the catalog (creating tables and queues as needed).
@@ -263,5 +299,14 @@ mod tests {
     fn debug_output_hides_the_connection_string() {
         let c = Config::new("cat").connection_string("AccountName=a;AccountKey=SECRETKEY==");
         assert!(!format!("{c:?}").contains("SECRETKEY"));
+    }
+
+    #[test]
+    fn debug_output_hides_the_hash_key() {
+        let secret = "c2VjcmV0LWtleS1vZi1hdC1sZWFzdC0zMi1ieXRlcy0xMjM0NQ==";
+        let key = HashKey::from_setting(secret).unwrap();
+        let c = Config::new("cat").hashed_keys(["ssn"], [], key);
+        let text = format!("{c:?}");
+        assert!(!text.contains(secret) && text.contains("[redacted]"), "{text}");
     }
 }

@@ -237,7 +237,9 @@ pub fn row_ranges(from: Option<&str>, to: Option<&str>) -> Vec<RowRange> {
     ranges
 }
 
-fn cmp_utf16(a: &str, b: &str) -> std::cmp::Ordering {
+/// Compares keys by UTF-16 code units, the order of the Table service (and of Azurite and
+/// the embedded store): astral characters (surrogate pairs) sort below U+E000..U+FFFF.
+pub fn cmp_utf16(a: &str, b: &str) -> std::cmp::Ordering {
     a.encode_utf16().cmp(b.encode_utf16())
 }
 

@@ -5,6 +5,11 @@
 //! keys, so matching is case-insensitive). The first field picks the partition that is read;
 //! the others are checked on the records read, which gives the reference's intersection
 //! semantics with one partition read instead of one per field.
+//!
+//! A hashed index field ([`crate::hashed`]) is looked up by the HMAC of the value, computed
+//! the same way as when the record was written, so `ssn=123-45-6789` finds the record while
+//! no key holds the number. Only exact lookups exist on index fields: `row_from`/`row_to`
+//! bound the sort (row-key) field, which can never be hashed.
 
 use base64::Engine as _;
 use serde::{Deserialize, Serialize};
@@ -26,12 +31,25 @@ pub struct Filter {
     /// Largest sort value (inclusive).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub row_to: Option<String>,
+    /// One record identity (its RowKey, as stored): only rows with exactly this RowKey
+    /// match. Index values alone cannot name one identity (a record without a value for some
+    /// index field and one with a value there share every value a filter can name); `repair`
+    /// needs to delete exactly one. Absent from WAL entries without it, so older entries read
+    /// as before (a process of an earlier version ignores it and matches by fields alone).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub identity: Option<String>,
 }
 
 impl Filter {
     /// A filter on these fields, without a sort-value range.
     pub fn new(fields: Vec<(String, String)>) -> Filter {
-        Filter { fields, row_from: None, row_to: None }
+        Filter { fields, row_from: None, row_to: None, identity: None }
+    }
+
+    /// Restricts the filter to one record identity (builder style; see [`Filter::identity`]).
+    pub fn identity(mut self, row_key: impl Into<String>) -> Filter {
+        self.identity = Some(row_key.into());
+        self
     }
 
     /// Adds a sort-value range (builder style).
@@ -60,9 +78,9 @@ impl Filter {
             if value.is_empty() {
                 return Err(Error::invalid(format!("filter: the value of '{field}' is empty")));
             }
-            keys::partition_key(field, value)?;
+            schema.partition_key(field, value)?;
         }
-        for (name, bound) in [("row_from", &self.row_from), ("row_to", &self.row_to)] {
+        for (name, bound) in [("row_from", &self.row_from), ("row_to", &self.row_to), ("identity", &self.identity)] {
             if let Some(b) = bound {
                 if b.encode_utf16().count() > keys::MAX_KEY_UTF16 {
                     return Err(Error::invalid(format!(
@@ -75,24 +93,28 @@ impl Filter {
         Ok(())
     }
 
-    /// True when the record has every filtered value (case-insensitively).
-    pub fn matches(&self, record: &Record) -> bool {
+    /// True when the record has every filtered value (case-insensitively; through the
+    /// HMAC for hashed fields, so a redacted record matches its plaintext value).
+    pub fn matches(&self, schema: &Schema, record: &Record) -> bool {
         self.fields.iter().all(|(field, value)| {
-            Schema::index_value(record, field).is_some_and(|v| v.to_lowercase() == value.to_lowercase())
+            Schema::index_value(record, field).is_some_and(|v| schema.same_value(field, &v, value))
         })
     }
 
     /// The partition read for this filter.
-    pub fn partition_key(&self) -> Result<String> {
+    pub fn partition_key(&self, schema: &Schema) -> Result<String> {
         let (field, value) = self.fields.first().ok_or_else(|| Error::invalid("filter: no field"))?;
-        Ok(keys::partition_key(field, value)?)
+        schema.partition_key(field, value)
     }
 
     /// The RowKey ranges to read for the filter's sort-value bounds: at most two, ascending
     /// and disjoint (see [`keys::row_ranges`]). They may hold a few rows outside the bounds:
     /// check each with [`Filter::in_sort_range`].
     pub fn row_ranges(&self) -> Vec<RowRange> {
-        keys::row_ranges(self.row_from.as_deref(), self.row_to.as_deref())
+        match &self.identity {
+            Some(id) => vec![RowRange { from: Some(id.clone()), to: Some(id.clone()), ..RowRange::default() }],
+            None => keys::row_ranges(self.row_from.as_deref(), self.row_to.as_deref()),
+        }
     }
 
     /// One RowKey range covering every range of [`Filter::row_ranges`] (from the first's
@@ -117,6 +139,13 @@ impl Filter {
     /// True when a row's sort value lies within the filter's bounds.
     pub fn in_sort_range(&self, row_key: &str) -> bool {
         keys::sort_value_in_range(row_key, self.row_from.as_deref(), self.row_to.as_deref())
+    }
+
+    /// True when a row's RowKey passes the filter: its sort value is within the bounds and,
+    /// with [`Filter::identity`], it is that identity. (The record itself is checked by
+    /// [`Filter::matches`].)
+    pub fn admits_row_key(&self, row_key: &str) -> bool {
+        self.in_sort_range(row_key) && self.identity.as_deref().is_none_or(|id| id == row_key)
     }
 }
 
@@ -150,11 +179,13 @@ fn decode_continuation(token: &str) -> Result<String> {
         .ok_or_else(|| Error::invalid("continuation: not a token this catalog issued"))
 }
 
-fn live_match(filter: &Filter, e: &Entity) -> Option<Found> {
-    if !filter.in_sort_range(&e.row_key) {
+fn live_match(schema: &Schema, filter: &Filter, e: &Entity) -> Option<Found> {
+    if !filter.admits_row_key(&e.row_key) {
         return None;
     }
-    record::from_entity(e).filter(|r| filter.matches(r)).map(|record| Found { record, row_key: e.row_key.clone() })
+    record::from_entity(e)
+        .filter(|r| filter.matches(schema, r))
+        .map(|record| Found { record, row_key: e.row_key.clone() })
 }
 
 /// True when every RowKey of `range` is at or below `row_key` (UTF-16 order, as the service
@@ -171,11 +202,12 @@ fn ends_at_or_before(range: &RowRange, row_key: &str) -> bool {
 pub async fn query_page(
     store: &dyn TableStore,
     table: &str,
+    schema: &Schema,
     filter: &Filter,
     limit: usize,
     continuation: Option<&str>,
 ) -> Result<ResultPage> {
-    let pk = filter.partition_key()?;
+    let pk = filter.partition_key(schema)?;
     let resume = continuation.map(decode_continuation).transpose()?;
     let ranges = filter.row_ranges();
     let limit = limit.max(1);
@@ -193,7 +225,7 @@ pub async fn query_page(
             let mut last_seen = None;
             for e in &page.entities {
                 last_seen = Some(e.row_key.clone());
-                if let Some(found) = live_match(filter, e) {
+                if let Some(found) = live_match(schema, filter, e) {
                     out.records.push(found);
                     if out.records.len() == limit {
                         let more = later_ranges
@@ -219,11 +251,11 @@ pub async fn query_page(
 }
 
 /// Every matching record of the filter (all pages).
-pub async fn query_all(store: &dyn TableStore, table: &str, filter: &Filter) -> Result<Vec<Found>> {
+pub async fn query_all(store: &dyn TableStore, table: &str, schema: &Schema, filter: &Filter) -> Result<Vec<Found>> {
     let mut all = Vec::new();
     let mut token: Option<String> = None;
     loop {
-        let page = query_page(store, table, filter, MAX_PAGE, token.as_deref()).await?;
+        let page = query_page(store, table, schema, filter, MAX_PAGE, token.as_deref()).await?;
         all.extend(page.records);
         match page.continuation {
             Some(next) => token = Some(next),
@@ -240,12 +272,13 @@ mod tests {
     #[test]
     fn matching_is_case_insensitive_and_needs_every_field() {
         let r = json!({"icao": "KJFK", "iata": "JFK", "name": "x"}).as_object().cloned().unwrap();
+        let s = Schema::new(vec!["icao".into(), "iata".into(), "lid".into()], "name").unwrap();
         let f =
             |pairs: &[(&str, &str)]| Filter::new(pairs.iter().map(|(a, b)| (a.to_string(), b.to_string())).collect());
-        assert!(f(&[("icao", "kjfk")]).matches(&r));
-        assert!(f(&[("icao", "KJFK"), ("iata", "jfk")]).matches(&r));
-        assert!(!f(&[("icao", "KJFK"), ("iata", "LGA")]).matches(&r));
-        assert!(!f(&[("lid", "JFK")]).matches(&r));
+        assert!(f(&[("icao", "kjfk")]).matches(&s, &r));
+        assert!(f(&[("icao", "KJFK"), ("iata", "jfk")]).matches(&s, &r));
+        assert!(!f(&[("icao", "KJFK"), ("iata", "LGA")]).matches(&s, &r));
+        assert!(!f(&[("lid", "JFK")]).matches(&s, &r));
     }
 
     #[test]

@@ -1,20 +1,29 @@
-//! The catalog schema: which fields are indexed and which field sorts records (the RowKey
-//! base). Stored in the WAL table on first use; opening a catalog with another schema fails.
+//! The catalog schema: which fields are indexed, which of them are hashed or redacted
+//! ([`crate::hashed`]), and which field sorts records (the RowKey base). Stored in the WAL
+//! table on first use; opening a catalog with another schema fails.
 
-use serde::{Deserialize, Serialize};
 use serde_json::Value as Json;
 
 use crate::error::{Error, Result};
+use crate::hashed::HashKey;
 use crate::keys;
 use crate::record::{validate_field_name, Record};
+use crate::settings;
 
-/// Index keys and row-key field of a catalog.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// Index keys and row-key field of a catalog, with its hashed and redacted index fields.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Schema {
     /// Indexed fields, in configuration order. Each gets one row per record that has a value.
     pub index_keys: Vec<String>,
     /// The field whose value starts the RowKey (sort order within an index partition).
     pub row_key: String,
+    /// Index fields keyed by the HMAC of their value instead of the value (a subset of
+    /// `index_keys`, never the row-key field).
+    hashed: Vec<String>,
+    /// Hashed fields whose value records hold only in redacted form.
+    redact: Vec<String>,
+    /// The HMAC secret; present whenever `hashed` is not empty.
+    hash_key: Option<HashKey>,
 }
 
 /// Where one record lives: its RowKey and one PartitionKey per indexed value it has.
@@ -44,7 +53,138 @@ impl Schema {
                 return Err(Error::Config(format!("index keys: '{k}' is listed twice")));
             }
         }
-        Ok(Schema { index_keys, row_key })
+        Ok(Schema { index_keys, row_key, hashed: Vec::new(), redact: Vec::new(), hash_key: None })
+    }
+
+    /// Marks index fields as hashed (keyed by `HMAC-SHA-256(key, value)`, see
+    /// [`crate::hashed`]) and some of those as redacted (records hold the HMAC instead of
+    /// the value). Errors, naming the field: a hashed field that is not an index field or is
+    /// the row-key field (its value is in plaintext in every RowKey, and `row_from`/`row_to`
+    /// compare it by range, which a hash cannot keep), a redacted field that is not hashed,
+    /// a field listed twice, and hashed fields without a `key`.
+    pub fn with_hashed_keys(
+        mut self,
+        hashed: Vec<String>,
+        redact: Vec<String>,
+        key: Option<HashKey>,
+    ) -> Result<Schema> {
+        let listed = |list: &[String], what: &str, setting: &str| -> Result<()> {
+            for (i, f) in list.iter().enumerate() {
+                if list[..i].contains(f) {
+                    return Err(Error::Config(format!("{setting}: '{f}' is listed twice as {what}")));
+                }
+            }
+            Ok(())
+        };
+        listed(&hashed, "hashed", settings::HASHED_KEYS)?;
+        listed(&redact, "redacted", settings::REDACT_KEYS)?;
+        for f in &hashed {
+            if f.to_lowercase() == self.row_key.to_lowercase() {
+                return Err(Error::Config(format!(
+                    "{}: '{f}' is the row-key field, which cannot be hashed: its value starts every RowKey in plaintext and row_from/row_to compare it by range, while hashed indexes support exact lookups only",
+                    settings::HASHED_KEYS
+                )));
+            }
+            if !self.is_index(f) {
+                return Err(Error::Config(format!(
+                    "{}: '{f}' is not an index field; index fields are {}",
+                    settings::HASHED_KEYS,
+                    self.index_keys.join(", ")
+                )));
+            }
+        }
+        for f in &redact {
+            if !hashed.contains(f) {
+                return Err(Error::Config(format!(
+                    "{}: '{f}' is not a hashed field; only hashed fields can be redacted (add it to {})",
+                    settings::REDACT_KEYS,
+                    settings::HASHED_KEYS
+                )));
+            }
+        }
+        if !hashed.is_empty() && key.is_none() {
+            return Err(Error::Config(format!(
+                "hashed index fields [{}] need the HMAC secret: set {} (at least 32 bytes, hex or base64)",
+                hashed.join(","),
+                settings::HASH_KEY
+            )));
+        }
+        self.hash_key = if hashed.is_empty() { None } else { key };
+        self.hashed = hashed;
+        self.redact = redact;
+        Ok(self)
+    }
+
+    /// Index fields keyed by the HMAC of their value.
+    pub fn hashed(&self) -> &[String] {
+        &self.hashed
+    }
+
+    /// Hashed fields that records hold in redacted form only.
+    pub fn redacted(&self) -> &[String] {
+        &self.redact
+    }
+
+    /// The HMAC secret (only when some field is hashed).
+    pub fn hash_key(&self) -> Option<&HashKey> {
+        self.hash_key.as_ref()
+    }
+
+    /// The key of `field`'s hashed index, when the field is hashed.
+    fn key_of(&self, field: &str) -> Option<&HashKey> {
+        self.hash_key.as_ref().filter(|_| self.hashed.iter().any(|h| h == field))
+    }
+
+    /// The form of index value `value` (a string form, [`keys::key_string`]) that keys and
+    /// comparisons use: the value itself, or for a hashed field the hex HMAC of its
+    /// lowercased form (a value already in redacted form gives its own hex).
+    pub fn key_value(&self, field: &str, value: &str) -> String {
+        match self.key_of(field) {
+            Some(key) => key.index_digest(value),
+            None => value.to_string(),
+        }
+    }
+
+    /// True when index value `a` of `field` (as a record holds it) equals `b` (as a filter
+    /// names it): case-insensitively, through the HMAC for a hashed field.
+    pub fn same_value(&self, field: &str, a: &str, b: &str) -> bool {
+        match self.key_of(field) {
+            Some(key) => key.index_digest(a) == key.index_digest(b),
+            None => a.to_lowercase() == b.to_lowercase(),
+        }
+    }
+
+    /// The PartitionKey of `field`'s index for `value` ([`keys::partition_key`] of
+    /// [`Schema::key_value`]).
+    pub fn partition_key(&self, field: &str, value: &str) -> Result<String> {
+        Ok(keys::partition_key(field, &self.key_value(field, value))?)
+    }
+
+    /// The record as stored: every redacted field with a value holds
+    /// `hmac-sha256:<64 hex>` instead ([`crate::hashed::REDACTED_PREFIX`]). Values that are
+    /// missing, null, empty, objects or arrays are left for [`Schema::record_keys`] to judge.
+    pub fn redact(&self, mut record: Record) -> Record {
+        let Some(key) = &self.hash_key else { return record };
+        for field in &self.redact {
+            if let Some(Json::Object(_) | Json::Array(_)) = record.get(field) {
+                continue;
+            }
+            if let Some(value) = Self::index_value(&record, field) {
+                record.insert(field.clone(), Json::String(key.redacted(&value)));
+            }
+        }
+        record
+    }
+
+    /// The filter as logged: every hashed field's value in redacted form, so a WAL entry
+    /// holds no plaintext of a hashed field. It addresses the same records.
+    pub fn blind_filter(&self, mut filter: crate::query::Filter) -> crate::query::Filter {
+        for (field, value) in &mut filter.fields {
+            if let Some(key) = self.key_of(field) {
+                *value = key.redacted(value);
+            }
+        }
+        filter
     }
 
     /// Parses a comma-separated list of index keys (`"icao, iata,lid"`).
@@ -86,7 +226,7 @@ impl Schema {
                 return Err(Error::invalid(format!("index field '{field}' must be a string, number or boolean")));
             }
             if let Some(value) = Self::index_value(record, field) {
-                partitions.push((field.clone(), keys::partition_key(field, &value)?));
+                partitions.push((field.clone(), self.partition_key(field, &value)?));
             }
         }
         if partitions.is_empty() {
@@ -97,8 +237,15 @@ impl Schema {
         }
         let mut sorted: Vec<&String> = self.index_keys.iter().collect();
         sorted.sort();
-        let values: Vec<String> =
-            sorted.iter().map(|f| record.get(f.as_str()).and_then(keys::key_string).unwrap_or_default()).collect();
+        // A hashed field contributes its HMAC, so no key holds anything derived from its
+        // plaintext without the secret; a missing value stays the empty string.
+        let values: Vec<String> = sorted
+            .iter()
+            .map(|f| match record.get(f.as_str()).and_then(keys::key_string) {
+                Some(v) if !v.is_empty() => self.key_value(f, &v),
+                other => other.unwrap_or_default(),
+            })
+            .collect();
         let fp = keys::fingerprint(values.iter().map(String::as_str));
         Ok(RecordKeys { row_key: keys::row_key(&self.row_key, &sort, &fp)?, partitions })
     }
@@ -139,6 +286,79 @@ mod tests {
         assert!(err(json!({"lastname": "x", "eid": ""})).contains("no value for any index field"));
         assert!(err(json!({"lastname": "x", "eid": {"a": 1}})).contains("index field 'eid'"));
         assert!(err(json!({"lastname": "x", "eid": "y".repeat(600)})).contains("limit is 512"));
+    }
+
+    const KEY: &str = "000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f";
+    /// HMAC-SHA-256 of "123-45-6789" under bytes 0..32 (see `hashed::tests`).
+    const SSN_HMAC: &str = "c36200a49b51d6ab68039265bc674b1d0c688fd833eaf123936d026ed25fb4b1";
+
+    fn hashed_providers(redact: &[&str]) -> Schema {
+        let key = crate::hashed::HashKey::from_setting(KEY).unwrap();
+        providers()
+            .with_hashed_keys(vec!["ssn".into()], redact.iter().map(|s| s.to_string()).collect(), Some(key))
+            .unwrap()
+    }
+
+    #[test]
+    fn hashed_fields_key_by_the_hmac_and_nothing_else_changes() {
+        let r = json!({"eid": "F314", "ssn": "123-45-6789", "npi": "1414213562", "lastname": "Faux"});
+        let r = r.as_object().unwrap();
+        let plain = providers().record_keys(r).unwrap();
+        let hashed = hashed_providers(&[]).record_keys(r).unwrap();
+        let pks: Vec<&str> = hashed.partitions.iter().map(|(_, pk)| pk.as_str()).collect();
+        assert_eq!(pks, ["3_eidf314", &format!("3_ssn{SSN_HMAC}"), "3_npi1414213562"]);
+        // python3 -c "import hashlib; print(hashlib.md5(b'f314|1414213562|<SSN_HMAC>').hexdigest()[:8])"
+        assert_eq!(hashed.row_key, "faux:1d1d6f87");
+        assert_ne!(hashed.row_key, plain.row_key, "the fingerprint takes the HMAC, not the plaintext");
+        assert_eq!(plain.partitions[1].1, "3_ssn123-45-6789", "plaintext catalogs are unchanged");
+        // Case-insensitive like a plaintext key.
+        let keys = |ssn: &str| {
+            let r = json!({"eid": "F314", "ssn": ssn, "lastname": "Faux"});
+            hashed_providers(&[]).record_keys(r.as_object().unwrap()).unwrap()
+        };
+        assert_eq!(keys("XY-12"), keys("xy-12"));
+        assert_ne!(keys("XY-12"), keys("XY12"));
+    }
+
+    #[test]
+    fn a_redacted_record_has_the_keys_of_its_plaintext() {
+        let s = hashed_providers(&["ssn"]);
+        let r = json!({"eid": "F314", "ssn": "123-45-6789", "npi": "1414213562", "lastname": "Faux"});
+        let redacted = s.redact(r.as_object().unwrap().clone());
+        assert_eq!(redacted["ssn"], json!(format!("hmac-sha256:{SSN_HMAC}")));
+        assert_eq!(redacted["eid"], json!("F314"), "other fields are untouched");
+        assert_eq!(s.record_keys(&redacted).unwrap(), s.record_keys(r.as_object().unwrap()).unwrap());
+        assert_eq!(s.redact(redacted.clone()), redacted, "redacting twice changes nothing");
+        let sparse = json!({"eid": "F314", "ssn": "", "lastname": "Faux"});
+        assert_eq!(s.redact(sparse.as_object().unwrap().clone())["ssn"], json!(""));
+        let f = crate::query::Filter::new(vec![("ssn".into(), "123-45-6789".into())]);
+        let blind = s.blind_filter(f.clone());
+        assert_eq!(blind.fields[0].1, format!("hmac-sha256:{SSN_HMAC}"));
+        assert_eq!(blind.partition_key(&s).unwrap(), f.partition_key(&s).unwrap());
+        assert!(blind.matches(&s, &redacted) && f.matches(&s, &redacted));
+        let other = crate::query::Filter::new(vec![("ssn".into(), "123456789".into())]);
+        assert!(!other.matches(&s, &redacted), "no normalisation beyond lowercasing");
+    }
+
+    #[test]
+    fn hashed_options_are_validated_naming_the_field() {
+        let key = || Some(crate::hashed::HashKey::from_setting(KEY).unwrap());
+        let err = |hashed: &[&str], redact: &[&str], key| {
+            let list = |l: &[&str]| l.iter().map(|s| s.to_string()).collect();
+            providers().with_hashed_keys(list(hashed), list(redact), key).unwrap_err().to_string()
+        };
+        let e = err(&["lastname"], &[], key());
+        assert!(e.contains("'lastname' is the row-key field") && e.contains("exact lookups only"), "{e}");
+        let e = err(&["city"], &[], key());
+        assert!(e.contains("TABLE_CATALOG_HASHED_KEYS: 'city' is not an index field"), "{e}");
+        let e = err(&["ssn"], &["npi"], key());
+        assert!(e.contains("TABLE_CATALOG_REDACT_KEYS: 'npi' is not a hashed field"), "{e}");
+        let e = err(&["ssn"], &[], None);
+        assert!(e.contains("TABLE_CATALOG_HASH_KEY"), "{e}");
+        assert!(err(&["ssn", "ssn"], &[], key()).contains("listed twice"));
+        assert!(providers().with_hashed_keys(vec![], vec![], None).is_ok(), "no hashing needs no key");
+        let shown = format!("{:?}", hashed_providers(&["ssn"]));
+        assert!(shown.contains("[redacted]") && !shown.contains("0001020304"), "{shown}");
     }
 
     #[test]

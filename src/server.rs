@@ -1,8 +1,8 @@
 //! `serve`: the whole system in one process. The HTTP API, a queue worker that plays the
-//! part of the Functions `apply` trigger (same retry and poison rules; up to `batch_size`
-//! messages are handled concurrently, and new ones are received as soon as a slot is free, so
-//! the WAL shards are applied in parallel), and a timer that plays the part of the `sweep`
-//! trigger.
+//! part of the Functions `apply` trigger (the same dispatcher and `host.json` policy,
+//! [`crate::dispatch`]: messages are handled concurrently and new ones received as soon as a
+//! slot is free, so the WAL shards are applied in parallel), and a timer that plays the part
+//! of the `sweep` trigger.
 //!
 //! Shutdown (Ctrl-C / SIGTERM, or the future passed to [`serve`]): stop accepting requests,
 //! let in-flight requests and the message being applied finish, then return.
@@ -14,20 +14,20 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
-use crate::catalog::{Catalog, MessageOutcome};
+use crate::catalog::Catalog;
+use crate::dispatch::{Dispatcher, QueuePolicy, WorkerOptions};
 use crate::error::Result;
-use crate::messages;
-use crate::store::ReceivedMessage;
 
-/// Tunables of the in-process worker and sweeper.
+/// Tunables of the in-process worker and sweeper. The queue policy (batch size, retries,
+/// poisoning) is not here: it is the app's `host.json`, as in the Functions app
+/// ([`crate::dispatch::QueuePolicy`]).
 #[derive(Debug, Clone)]
 pub struct ServeOptions {
-    /// Messages received per poll (1..=32; the Functions default `batchSize` is 16).
-    pub batch_size: usize,
-    /// How long a received message stays invisible while it is handled.
-    pub visibility_timeout: Duration,
-    /// Longest idle wait between polls of the queue.
-    pub max_poll_interval: Duration,
+    /// The queue listener's own tunables.
+    pub worker: WorkerOptions,
+    /// Delivery, retry and poison rules: the app's `host.json` ([`QueuePolicy::host`]);
+    /// tests change it.
+    pub policy: QueuePolicy,
     /// Interval between sweeps.
     pub sweep_interval: Duration,
 }
@@ -35,9 +35,8 @@ pub struct ServeOptions {
 impl Default for ServeOptions {
     fn default() -> Self {
         ServeOptions {
-            batch_size: 16,
-            visibility_timeout: Duration::from_secs(30),
-            max_poll_interval: Duration::from_secs(2),
+            worker: WorkerOptions::default(),
+            policy: QueuePolicy::host(),
             sweep_interval: Duration::from_secs(30),
         }
     }
@@ -82,94 +81,11 @@ pub async fn shutdown_signal() {
     tracing::info!("shutdown requested");
 }
 
-/// Receives apply-queue messages and handles them until stopped, up to
-/// [`ServeOptions::batch_size`] at once, each in a task of its own (hints of different shards
-/// are applied in parallel; hints of a shard this process is already applying find it busy and
-/// return). Like the Functions host, which fetches more messages while earlier ones still
-/// run, it receives again whenever a slot is free, not when the whole batch is done: an apply
-/// pass runs until its shard has nothing pending, which under steady load lasts up to
-/// `apply_budget`, and must not hold back the hints of other shards meanwhile. On stop, the
-/// messages in flight are finished first.
-pub async fn run_worker(catalog: Arc<Catalog>, opts: ServeOptions, mut stop: watch::Receiver<bool>) {
-    let batch = opts.batch_size.clamp(1, 32);
-    let mut in_flight = tokio::task::JoinSet::new();
-    let mut idle = Duration::from_millis(20);
-    loop {
-        while in_flight.try_join_next().is_some() {}
-        if *stop.borrow() {
-            while in_flight.join_next().await.is_some() {}
-            return;
-        }
-        let room = batch.saturating_sub(in_flight.len());
-        if room > 0 {
-            match catalog.store().receive_messages(&catalog.names().queue, room, opts.visibility_timeout).await {
-                Ok(msgs) if !msgs.is_empty() => {
-                    idle = Duration::from_millis(20);
-                    for m in msgs {
-                        let catalog = catalog.clone();
-                        in_flight.spawn(async move { handle_message(&catalog, m).await });
-                    }
-                    continue;
-                }
-                Ok(_) => {}
-                Err(e) => tracing::warn!(error = %e, "receiving from the apply queue failed"),
-            }
-        }
-        tokio::select! {
-            changed = stop.changed() => {
-                if changed.is_err() {
-                    // The sender is gone: nobody can stop us any more, so stop now.
-                    while in_flight.join_next().await.is_some() {}
-                    return;
-                }
-            }
-            // Full: wait for a slot.
-            Some(_) = in_flight.join_next(), if room == 0 => {}
-            _ = catalog.work_signal().notified(), if room > 0 => idle = Duration::from_millis(20),
-            _ = tokio::time::sleep(idle), if room > 0 => idle = (idle * 2).min(opts.max_poll_interval),
-        }
-    }
-}
-
-/// Handles one message like the Functions host and the `apply` function together:
-/// invalid Base64 goes straight to the poison queue; success deletes the message; a
-/// transient failure makes it visible again after a backoff, and after `max_dequeue_count`
-/// deliveries it goes to the poison queue.
-pub async fn handle_message(catalog: &Catalog, m: ReceivedMessage) {
-    let queue = &catalog.names().queue;
-    let outcome = match messages::decode(&m.text) {
-        Ok(text) => catalog.process_message(&text, &m.id, m.dequeue_count).await,
-        Err(e) => catalog
-            .poison(&m.text, &m.id, m.dequeue_count, &e.to_string())
-            .await
-            .map(|_| MessageOutcome::Poisoned { reason: e.to_string() }),
-    };
-    let done = match outcome {
-        Ok(_) => true,
-        Err(e) if m.dequeue_count >= catalog.options().max_dequeue_count => {
-            let reason = format!("failed {} times; last error: {e}", m.dequeue_count);
-            match catalog.poison(&m.text, &m.id, m.dequeue_count, &reason).await {
-                Ok(()) => true,
-                Err(pe) => {
-                    tracing::error!(error = %pe, "could not move a message to the poison queue");
-                    false
-                }
-            }
-        }
-        Err(e) => {
-            let backoff = Duration::from_secs(1u64 << m.dequeue_count.min(5));
-            tracing::warn!(message_id = %m.id, dequeue_count = m.dequeue_count, error = %e, ?backoff, "apply failed; will retry");
-            if let Err(re) = catalog.store().release_message(queue, &m.id, &m.pop_receipt, &m.text, backoff).await {
-                tracing::debug!(error = %re, "could not release the message; it reappears after its visibility timeout");
-            }
-            false
-        }
-    };
-    if done {
-        if let Err(e) = catalog.store().delete_message(queue, &m.id, &m.pop_receipt).await {
-            tracing::debug!(error = %e, "could not delete a handled message; it will be handled again (idempotent)");
-        }
-    }
+/// Runs the apply queue's dispatcher (the stand-in for the Functions `apply` trigger, with
+/// the `host.json` policy; see [`crate::dispatch`]) until stopped. On stop, the messages in
+/// flight are finished first.
+pub async fn run_worker(catalog: Arc<Catalog>, opts: ServeOptions, stop: watch::Receiver<bool>) {
+    Arc::new(Dispatcher::apply(catalog).with_policy(opts.policy)).run(opts.worker, stop).await
 }
 
 /// Sweeps every `interval` until stopped.
@@ -202,6 +118,7 @@ mod tests {
     use super::*;
     use crate::catalog::CatalogOptions;
     use crate::config::Names;
+    use crate::messages;
     use crate::record::Record;
     use crate::schema::Schema;
     use crate::store::layer::{Call, Layer, LayeredStore, Returned};
@@ -278,7 +195,7 @@ mod tests {
         hold.armed.store(true, Ordering::SeqCst);
 
         let (stop_tx, stop_rx) = watch::channel(false);
-        let opts = ServeOptions { max_poll_interval: Duration::from_millis(50), ..ServeOptions::default() };
+        let opts = ServeOptions::default();
         let worker = tokio::spawn(run_worker(catalog.clone(), opts, stop_rx));
         catalog.store().put_message(&names.queue, &hint(shard_a, &id_a), Duration::ZERO).await.unwrap();
         // Shard A's apply pass is now running, held reading A's pending entries.

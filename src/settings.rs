@@ -16,6 +16,12 @@ pub const NAME: &str = "TABLE_CATALOG_NAME";
 pub const INDEX_KEYS: &str = "TABLE_CATALOG_INDEX_KEYS";
 /// Row-key (sort) field setting.
 pub const ROW_KEY: &str = "TABLE_CATALOG_ROW_KEY";
+/// Hashed index fields setting (see [`crate::hashed`]).
+pub const HASHED_KEYS: &str = "TABLE_CATALOG_HASHED_KEYS";
+/// Redacted index fields setting (a subset of [`HASHED_KEYS`]).
+pub const REDACT_KEYS: &str = "TABLE_CATALOG_REDACT_KEYS";
+/// The HMAC secret of hashed index fields (never logged).
+pub const HASH_KEY: &str = "TABLE_CATALOG_HASH_KEY";
 /// WAL table name setting.
 pub const WAL_NAME: &str = "TABLE_CATALOG_WAL_NAME";
 /// Apply queue name setting (also the queue the `apply` function triggers on).
@@ -88,6 +94,9 @@ pub enum FunctionsApp {
     /// Identity-based storage access: `infra/main.bicep` sets it (no key anywhere);
     /// `local.settings.json` uses the `AzureWebJobsStorage` connection string instead.
     Identity,
+    /// An optional app setting, off when empty: `infra/main.bicep` sets it from a parameter
+    /// that defaults to empty, and `local.settings.json` lists it as an empty placeholder.
+    Optional,
 }
 
 /// One environment setting.
@@ -141,6 +150,37 @@ pub const SETTINGS: &[Setting] = &[
                       stored, and then it must match. The Functions app sets it.",
         used_in: UsedIn::Both,
         functions_app: FunctionsApp::AppSetting,
+    },
+    Setting {
+        name: HASHED_KEYS,
+        default: None,
+        description: "Comma-separated index fields keyed by `HMAC-SHA-256(TABLE_CATALOG_HASH_KEY, \
+                      lowercased value)` instead of their value, so no PartitionKey or RowKey \
+                      holds them in plaintext (e.g. `ssn`). Lookups stay exact; ranges are \
+                      impossible, so the row-key field cannot be hashed. Stored with the schema \
+                      on first use; then it must match. Unset: no field is hashed.",
+        used_in: UsedIn::Both,
+        functions_app: FunctionsApp::Optional,
+    },
+    Setting {
+        name: REDACT_KEYS,
+        default: None,
+        description: "Comma-separated hashed fields (a subset of `TABLE_CATALOG_HASHED_KEYS`) \
+                      that records hold as `hmac-sha256:<hex>` instead of their value, in the \
+                      WAL and in every catalog row. Stored with the schema; then it must match.",
+        used_in: UsedIn::Both,
+        functions_app: FunctionsApp::Optional,
+    },
+    Setting {
+        name: HASH_KEY,
+        default: None,
+        description: "The HMAC secret of hashed fields: at least 32 bytes, as hex (only hex \
+                      digits) or standard base64 (`openssl rand -base64 32`). In Azure a Key \
+                      Vault reference that the Functions host resolves. Never logged; the catalog \
+                      stores only its id (8 hex digits of its SHA-256), and opening it with \
+                      another key fails. Required when a field is hashed.",
+        used_in: UsedIn::Both,
+        functions_app: FunctionsApp::Optional,
     },
     Setting {
         name: WAL_NAME,

@@ -63,6 +63,7 @@ use rand::{Rng, SeedableRng};
 use serde_json::json;
 use table_catalog::catalog::{Catalog, CatalogOptions};
 use table_catalog::config::Names;
+use table_catalog::dispatch::{QueuePolicy, WorkerOptions};
 use table_catalog::history::{self as hist, HistoryEntry, HistoryOptions};
 use table_catalog::import::{read_file, Format};
 use table_catalog::messages;
@@ -301,7 +302,6 @@ async fn open_instance(
     // Freezes and lease hogs hold shards for seconds: a consistent read waits them out.
     o.consistent_timeout = Duration::from_secs(8);
     o.sweep_apply_after = Duration::from_millis(300);
-    o.max_dequeue_count = 1000; // no poison: every failure here is transient
     o.history = HistoryOptions::on();
     Arc::new(Catalog::open(store, names.clone(), schema.clone(), o).await.unwrap())
 }
@@ -443,12 +443,17 @@ async fn check(backend: common::Backend, run: Run) {
     let poll_every = Duration::from_millis(if local { 100 } else { 1000 });
     let mut background = Vec::new();
     for c in &catalogs {
-        // A message whose release or delete failed comes back after its visibility timeout:
+        // A message whose release or delete failed comes back after its lease:
         // 5 s (30 s by default) keeps quiescing short and redelivers slow messages to other
         // workers while the first still handles them (more duplicates).
         let opts = ServeOptions {
-            max_poll_interval: Duration::from_millis(50),
-            visibility_timeout: Duration::from_secs(5),
+            worker: WorkerOptions { lease: Duration::from_secs(5), ..WorkerOptions::default() },
+            policy: QueuePolicy {
+                max_polling_interval: Duration::from_millis(50),
+                max_dequeue_count: 1000, // no poison: every failure here is transient
+                retry_delay: Duration::from_secs(1),
+                ..QueuePolicy::host()
+            },
             ..ServeOptions::default()
         };
         background.push(tokio::spawn(server::run_worker(c.clone(), opts, stop_rx.clone())));
@@ -591,8 +596,8 @@ async fn check(backend: common::Backend, run: Run) {
                     if rng.gen_bool(0.3) {
                         // A message the host delivers twice: the same message id, logged once.
                         let id = format!("dup-{seed}-{client}-{issued}");
-                        let a = c.process_message(&text, &id, 1).await;
-                        let b = catalogs[rng.gen_range(0..catalogs.len())].process_message(&text, &id, 2).await;
+                        let a = c.process_message(&text, &id).await;
+                        let b = catalogs[rng.gen_range(0..catalogs.len())].process_message(&text, &id).await;
                         a.and(b).map(|_| None)
                     } else {
                         c.store()

@@ -467,7 +467,16 @@ fn local_settings_set_every_functions_app_setting() {
     for s in functions_app_settings() {
         assert!(satisfied(s, &is_set), "local.settings.json does not set {}", s.name);
     }
-    for s in SETTINGS.iter().filter(|s| s.functions_app != FunctionsApp::AppSetting) {
+    // Optional settings are listed, empty (off): placeholders, never a real secret.
+    for s in SETTINGS.iter().filter(|s| s.functions_app == FunctionsApp::Optional) {
+        assert_eq!(
+            values.get(s.name).map(String::as_str),
+            Some(""),
+            "local.settings.json: {} as an empty placeholder",
+            s.name
+        );
+    }
+    for s in SETTINGS.iter().filter(|s| !matches!(s.functions_app, FunctionsApp::AppSetting | FunctionsApp::Optional)) {
         assert!(
             !values.contains_key(s.name),
             "local.settings.json sets {}, which the Functions app leaves unset ({:?})",
@@ -514,7 +523,17 @@ fn bicep_sets_every_functions_app_setting() {
     for s in functions_app_settings() {
         assert!(satisfied(s, &is_set), "infra/main.bicep does not set app setting {}", s.name);
     }
-    for s in SETTINGS.iter().filter(|s| !matches!(s.functions_app, FunctionsApp::AppSetting | FunctionsApp::Identity)) {
+    for s in SETTINGS.iter().filter(|s| s.functions_app == FunctionsApp::Optional) {
+        assert!(names.contains(s.name), "main.bicep does not set optional app setting {}", s.name);
+    }
+    // The HMAC secret is a Key Vault reference (or empty), never a value in the template.
+    assert_eq!(b.setting_expr(settings::HASH_KEY), Some("hashKeyReference"));
+    let reference = &b.vars["hashKeyReference"];
+    assert!(reference.contains("'@Microsoft.KeyVault(VaultName=${hashKeyVaultName};SecretName=${hashKeySecretName})'"));
+    assert!(reference.starts_with("empty(hashKeyVaultName) ? ''"), "{reference}");
+    for s in SETTINGS.iter().filter(|s| {
+        !matches!(s.functions_app, FunctionsApp::AppSetting | FunctionsApp::Identity | FunctionsApp::Optional)
+    }) {
         assert!(
             !names.contains(s.name),
             "main.bicep sets {}, which the Functions app leaves unset ({:?})",

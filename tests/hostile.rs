@@ -1,6 +1,6 @@
 //! Hostile and malformed input through every entry point: the HTTP API (axum router, no
 //! socket), CLI import (the binary, on JSON lines and CSV), queue intents
-//! (`Catalog::process_message` and `server::handle_message`) and the library.
+//! (`Catalog::process_message` and the apply queue's `Dispatcher`) and the library.
 //!
 //! Every bad input must get a clear 4xx naming the problem (or a poison-queue entry with its
 //! reason) and write nothing: nothing pending, nothing dead, no catalog row added or changed.
@@ -29,6 +29,7 @@ use serde_json::{json, Map, Value};
 
 use table_catalog::catalog::{Catalog, MessageOutcome};
 use table_catalog::config::Config;
+use table_catalog::dispatch::{Delivery, Dispatcher, Disposition};
 use table_catalog::keys;
 use table_catalog::messages;
 use table_catalog::query::Filter;
@@ -1364,15 +1365,19 @@ async fn queue_intents_that_can_never_succeed_are_poisoned_and_write_nothing() {
     for backend in backends() {
         let mut h = Harness::new(backend).await;
         let c = h.catalog.clone();
+        let poisoner = Dispatcher::apply(c.clone());
         c.insert(rec(json!({"icao": "KVIC", "name": "victim"})), true).await.unwrap();
         h.accepted("victim").await;
         drain(&c, &c.names().queue).await;
         for (i, (ctx, text, why)) in bad_messages().into_iter().enumerate() {
             let ctx = format!("{backend:?} intent {ctx}");
             let id = format!("bad-{i}");
-            let outcome = c.process_message(&text, &id, 1).await.unwrap_or_else(|e| panic!("{ctx}: {e}"));
+            let outcome = poisoner
+                .invoke(Delivery { text: &text, id: &id, dequeue_count: 1 })
+                .await
+                .unwrap_or_else(|e| panic!("{ctx}: {e}"));
             match &outcome {
-                MessageOutcome::Poisoned { reason } => {
+                Disposition::Poisoned(reason) => {
                     assert!(reason.contains(why), "{ctx}: reason {reason:?} does not mention {why:?}")
                 }
                 other => panic!("{ctx}: expected Poisoned, got {other:?}"),
@@ -1394,8 +1399,8 @@ async fn queue_intents_that_can_never_succeed_are_poisoned_and_write_nothing() {
         }
         // Huge messages still get a poison entry (the text copied in part, or not at all).
         for (ctx, text) in [("100 KB of text", "x".repeat(100_000)), ("50k two-byte chars", "é".repeat(50_000))] {
-            let outcome = c.process_message(&text, "huge", 1).await.unwrap();
-            assert!(matches!(outcome, MessageOutcome::Poisoned { .. }), "{backend:?} {ctx}");
+            let outcome = poisoner.invoke(Delivery { text: &text, id: "huge", dequeue_count: 1 }).await.unwrap();
+            assert!(matches!(outcome, Disposition::Poisoned(_)), "{backend:?} {ctx}");
             let poison = take_poison(&c).await;
             assert_eq!(poison.len(), 1, "{backend:?} {ctx}");
             assert!(poison[0]["reason"].as_str().unwrap().contains("not valid JSON"));
@@ -1415,16 +1420,11 @@ async fn queue_intents_with_hostile_values_and_message_ids_apply_once() {
             let r = json!({"icao": v, "iata": v, "name": v, "operation": "delete", "seq": i});
             let text = intent(if i % 2 == 0 { "insert" } else { "upsert" }, Some(&r), None);
             let id = format!("msg-{i}");
-            let first = c.process_message(&text, &id, 1).await.unwrap();
+            let first = c.process_message(&text, &id).await.unwrap();
             let MessageOutcome::Applied { id: Some(wal_id) } = &first else {
                 panic!("{backend:?} {}: {first:?}", short(v))
             };
-            assert_eq!(
-                c.process_message(&text, &id, 2).await.unwrap(),
-                first,
-                "{backend:?} redelivery of {}",
-                short(v)
-            );
+            assert_eq!(c.process_message(&text, &id).await.unwrap(), first, "{backend:?} redelivery of {}", short(v));
             assert!(!wal_id.is_empty());
             for field in ["icao", "iata"] {
                 assert_eq!(
@@ -1440,7 +1440,7 @@ async fn queue_intents_with_hostile_values_and_message_ids_apply_once() {
             if r.to_string().len() > 30_000 {
                 continue; // queue messages are at most 64 KiB as Base64
             }
-            let out = c.process_message(&intent("upsert", Some(&r), None), &format!("odd-{ctx}"), 1).await.unwrap();
+            let out = c.process_message(&intent("upsert", Some(&r), None), &format!("odd-{ctx}")).await.unwrap();
             assert!(matches!(out, MessageOutcome::Applied { id: Some(_) }), "{backend:?} {ctx}: {out:?}");
             for (field, value) in lookups(&r) {
                 let found = c.query_all(&f(&field, &value)).await.unwrap();
@@ -1457,13 +1457,13 @@ async fn queue_intents_with_hostile_values_and_message_ids_apply_once() {
         .len();
         let moved = json!({"icao": injection, "lid": "MOVED", "name": "moved"});
         let out = c
-            .process_message(&intent("replace", Some(&moved), Some(json!({"iata": injection}))), "replace-inj", 1)
+            .process_message(&intent("replace", Some(&moved), Some(json!({"iata": injection}))), "replace-inj")
             .await
             .unwrap();
         assert!(matches!(out, MessageOutcome::Applied { .. }), "{out:?}");
         assert_eq!(c.query_all(&f("icao", injection)).await.unwrap(), vec![rec(moved)]);
         let out = c
-            .process_message(&intent("delete", None, Some(json!({"lid": "MOVED", "icao": injection}))), "delete-inj", 1)
+            .process_message(&intent("delete", None, Some(json!({"lid": "MOVED", "icao": injection}))), "delete-inj")
             .await
             .unwrap();
         assert!(matches!(out, MessageOutcome::Applied { .. }), "{out:?}");
@@ -1484,18 +1484,13 @@ async fn queue_intents_with_hostile_values_and_message_ids_apply_once() {
         for (i, id) in ids.iter().enumerate() {
             let r = json!({"icao": format!("KMID{i}"), "name": format!("message id {i}")});
             let text = intent("insert", Some(&r), None);
-            let first = c.process_message(&text, id, 1).await.unwrap();
+            let first = c.process_message(&text, id).await.unwrap();
             assert!(
                 matches!(first, MessageOutcome::Applied { id: Some(_) }),
                 "{backend:?} id {}: {first:?}",
                 short(id)
             );
-            assert_eq!(
-                c.process_message(&text, id, 3).await.unwrap(),
-                first,
-                "{backend:?} id {}: redelivery",
-                short(id)
-            );
+            assert_eq!(c.process_message(&text, id).await.unwrap(), first, "{backend:?} id {}: redelivery", short(id));
         }
         assert_eq!(take_poison(&c).await, Vec::<Value>::new(), "{backend:?}: valid intents were poisoned");
         h.accepted("message ids").await;
@@ -1556,7 +1551,7 @@ async fn handle_message_poisons_invalid_base64_non_utf8_and_bad_intents_and_dele
             let m = got.into_iter().next().unwrap();
             assert_eq!(m.text, wire, "{ctx}: the queue changed the text");
             let msg_id = m.id.clone();
-            table_catalog::server::handle_message(&c, m).await;
+            Dispatcher::apply(c.clone()).deliver(m).await;
             assert_eq!(c.store().approximate_count(&queue).await.unwrap(), 0, "{ctx}: the message was not deleted");
             let poison = take_poison(&c).await;
             assert_eq!(poison.len(), 1, "{ctx}: one poison entry");
@@ -1576,7 +1571,7 @@ async fn handle_message_poisons_invalid_base64_non_utf8_and_bad_intents_and_dele
             .await
             .unwrap();
         let m = c.store().receive_messages(&queue, 32, Duration::from_secs(60)).await.unwrap().remove(0);
-        table_catalog::server::handle_message(&c, m).await;
+        Dispatcher::apply(c.clone()).deliver(m).await;
         assert_eq!(
             c.store().approximate_count(&queue).await.unwrap(),
             0,

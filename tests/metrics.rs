@@ -131,15 +131,17 @@ async fn metrics_move_with_writes_applies_conflicts_and_faults() {
         // will be retried; the failed requests are counted as `unavailable`.
         faults.add(Rule::new(&[], Trigger::Always, Fault::Fail(unavailable())).on(&names.wal_table));
         let hint = table_catalog::messages::hint_json("wal", "0");
-        assert!(catalog.process_message(&hint, "m-retry", 1).await.is_err());
+        assert!(catalog.process_message(&hint, "m-retry").await.is_err());
         faults.clear();
         let m3 = scrape(&app).await;
         assert_eq!(metric(&m3, "tablecatalog_apply_retries_total", &[]), 1.0, "{m3}");
         assert!(metric(&m3, "tablecatalog_storage_requests_total", &["outcome=\"unavailable\""]) >= 1.0, "{m3}");
 
         // A message that can never succeed is poisoned and counted.
-        let out = catalog.process_message("not json", "m-poison", 1).await.unwrap();
-        assert!(matches!(out, table_catalog::catalog::MessageOutcome::Poisoned { .. }));
+        use table_catalog::dispatch::{Delivery, Dispatcher, Disposition};
+        let delivery = Delivery { text: "not json", id: "m-poison", dequeue_count: 1 };
+        let out = Dispatcher::apply(catalog.clone()).invoke(delivery).await.unwrap();
+        assert!(matches!(out, Disposition::Poisoned(_)), "{out:?}");
         let m4 = scrape(&app).await;
         assert_eq!(metric(&m4, "tablecatalog_poisoned_messages_total", &[]), 1.0, "{m4}");
         assert!(metric(&m4, "tablecatalog_poison_queue_depth", &[]) >= 1.0, "{m4}");

@@ -32,7 +32,7 @@ impl Applier {
         let new_identity = new_keys.as_ref().map(|k| &k.row_key);
         let new_rows: BTreeSet<(String, String)> =
             new_keys.iter().flat_map(|k| k.partitions.iter().map(|(_, pk)| (pk.clone(), k.row_key.clone()))).collect();
-        let pk = filter.partition_key()?;
+        let pk = filter.partition_key(&self.schema)?;
         let ranges = filter.row_ranges(); // pruned on the server, like a lookup
         let mut pages = futures::stream::iter(ranges.iter())
             .flat_map(|range| pager::pages(self.store.as_ref(), &self.catalog_table, &pk, range, MAX_PAGE));
@@ -96,11 +96,11 @@ impl Applier {
         let mut out = Vec::new();
         for e in entities {
             let meta = RowMeta::of(e);
-            if (meta.deleted && meta.wal_id != id.as_str()) || !filter.in_sort_range(&e.row_key) {
+            if (meta.deleted && meta.wal_id != id.as_str()) || !filter.admits_row_key(&e.row_key) {
                 continue;
             }
             let rec = record::payload(e, &meta);
-            if filter.matches(&rec) {
+            if filter.matches(&self.schema, &rec) {
                 out.push((e.row_key.clone(), rec, meta.wal_id.as_str() > id.as_str()));
             }
         }

@@ -39,8 +39,8 @@ use crate::error::{Error, Result};
 use crate::faults;
 use crate::schema::Schema;
 use crate::store::{bulk_delete, pager, Entity, IfMatch, RowRange, Store, StoreError, Value};
-use crate::wal::entry::FORMAT_VERSION;
 use crate::wal::lease::Lease;
+use crate::wal::schema_row;
 use crate::wal::{
     Op, ShardId, Wal, WalEntry, WalOptions, DEAD, DEAD_AT, DEAD_FROM, DEAD_REASON, METADATA, PENDING_BEFORE,
 };
@@ -162,34 +162,22 @@ impl Applier {
     }
 
     /// Creates the catalog table and stores or checks the schema: a catalog opened with
-    /// another schema than the one it was created with fails with [`Error::SchemaMismatch`].
+    /// another schema than the one it was created with fails with [`Error::SchemaMismatch`],
+    /// as does one opened with another hash key than the one its hashed keys were made with.
     pub async fn init(&self) -> Result<()> {
         self.store.create_table(&self.catalog_table).await?;
         if let Some(h) = &self.history {
             self.store.create_table(&h.table).await?;
         }
         let table = self.wal.table();
-        let want = Entity::new(METADATA, "schema")
-            .with("index_keys", Value::String(self.schema.index_keys.join(",")))
-            .with("row_key", Value::String(self.schema.row_key.clone()))
-            .with("v", Value::Int32(FORMAT_VERSION));
+        let want = schema_row::row(&self.schema);
         let stored = match self.store.insert(table, &want).await {
             Ok(_) => return Ok(()),
-            Err(StoreError::AlreadyExists(_)) => self.store.get(table, METADATA, "schema").await?,
+            Err(StoreError::AlreadyExists(_)) => self.store.get(table, METADATA, schema_row::ROW).await?,
             Err(e) => return Err(e.into()),
         };
         let stored = stored.ok_or_else(|| Error::SchemaMismatch("schema row vanished while opening".into()))?;
-        let keys = stored.str("index_keys").unwrap_or_default();
-        let row_key = stored.str("row_key").unwrap_or_default();
-        if Schema::parse_list(keys) != self.schema.index_keys || row_key != self.schema.row_key {
-            return Err(Error::SchemaMismatch(format!(
-                "catalog '{}' was created with index keys [{keys}] and row key '{row_key}', but this process is configured with index keys [{}] and row key '{}'; use the original schema or another catalog name",
-                self.catalog_table,
-                self.schema.index_keys.join(","),
-                self.schema.row_key
-            )));
-        }
-        Ok(())
+        schema_row::check(&stored, &self.schema, &self.catalog_table)
     }
 
     /// The WAL.

@@ -40,6 +40,14 @@ pub struct CatalogArgs {
     /// The field that starts the RowKey (sort order). Optional once the catalog exists.
     #[arg(long, env = settings::ROW_KEY, global = true)]
     pub row_key: Option<String>,
+    /// Index fields keyed by an HMAC of their value instead of the value, comma-separated
+    /// (e.g. ssn): no key holds them in plaintext; lookups stay exact. Needs the secret in
+    /// TABLE_CATALOG_HASH_KEY (environment only). Optional once the catalog exists.
+    #[arg(long, env = settings::HASHED_KEYS, global = true)]
+    pub hashed_keys: Option<String>,
+    /// Hashed fields that records hold as `hmac-sha256:<hex>` instead of the value.
+    #[arg(long = "redact", env = settings::REDACT_KEYS, global = true)]
+    pub redact_keys: Option<String>,
     /// WAL table name [default: {name}wal].
     #[arg(long, env = settings::WAL_NAME, global = true)]
     pub wal_name: Option<String>,
@@ -228,6 +236,8 @@ impl CatalogArgs {
         c.name = self.name.clone();
         c.index_keys = self.index_keys.as_deref().map(Schema::parse_list);
         c.row_key = self.row_key.clone();
+        c.hashed_keys = self.hashed_keys.as_deref().map(Schema::parse_list);
+        c.redact_keys = self.redact_keys.as_deref().map(Schema::parse_list);
         c.wal_name = self.wal_name.clone();
         c.queue = self.queue.clone();
         if let Backend::Local(_) = c.backend {

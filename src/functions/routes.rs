@@ -5,8 +5,8 @@
 //! Failure semantics (docs/FUNCTIONS.md): a non-2xx answer fails the invocation, so the host
 //! makes the message visible again and retries it, and after `maxDequeueCount` deliveries
 //! copies it to `{queue}-poison`. A transient failure therefore answers 500. A message that can
-//! never succeed is put on the poison queue by the catalog itself, with its reason, and
-//! answered 200 so the host does not retry it.
+//! never succeed is put on the poison queue by the dispatcher ([`crate::dispatch`], the same
+//! one `serve` runs), with its reason, and answered 200 so the host does not retry it.
 
 use std::sync::Arc;
 
@@ -19,7 +19,8 @@ use axum::Router;
 
 use super::payload::{self, InvocationResponse, RESPONSE_CONTENT_TYPE};
 use super::{APPLY_BINDING, APPLY_FUNCTION, SWEEP_BINDING, SWEEP_FUNCTION};
-use crate::catalog::{Catalog, MessageOutcome};
+use crate::catalog::Catalog;
+use crate::dispatch::{Delivery, Dispatcher, Disposition};
 
 /// `POST /apply` and `POST /sweep`.
 pub fn router(catalog: Arc<Catalog>) -> Router {
@@ -41,20 +42,19 @@ async fn apply(State(catalog): State<Arc<Catalog>>, body: Bytes) -> Response {
             return answer(StatusCode::BAD_REQUEST, InvocationResponse::new().with_log(e.to_string()));
         }
     };
-    match catalog.process_message(&inv.message, &inv.id, inv.dequeue_count).await {
-        Ok(MessageOutcome::Applied { id }) => {
-            let line = match id {
-                Some(id) => format!("intent {} logged as {id} and applied", inv.id),
-                None => format!("hint {} handled", inv.id),
-            };
-            answer(StatusCode::OK, InvocationResponse::new().with_log(line))
-        }
-        Ok(MessageOutcome::Poisoned { reason }) => answer(
+    let delivery = Delivery { text: &inv.message, id: &inv.id, dequeue_count: inv.dequeue_count };
+    match Dispatcher::apply(catalog).invoke(delivery).await {
+        Ok(Disposition::Done(line)) => answer(StatusCode::OK, InvocationResponse::new().with_log(line)),
+        Ok(Disposition::Poisoned(reason)) => answer(
             StatusCode::OK,
             InvocationResponse::new().with_log(format!("message {} moved to the poison queue: {reason}", inv.id)),
         ),
-        Err(e) => {
+        Ok(Disposition::Retry(e)) => {
             tracing::warn!(message_id = %inv.id, dequeue_count = inv.dequeue_count, error = %e, "apply failed; the host will retry");
+            answer(StatusCode::INTERNAL_SERVER_ERROR, InvocationResponse::new().with_log(e))
+        }
+        Err(e) => {
+            tracing::warn!(message_id = %inv.id, error = %e, "could not poison a rejected message; the host will retry");
             answer(StatusCode::INTERNAL_SERVER_ERROR, InvocationResponse::new().with_log(e.to_string()))
         }
     }

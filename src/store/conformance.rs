@@ -8,7 +8,9 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
-use super::{BatchOp, Entity, IfMatch, RowRange, Store, StoreError, Value, MAX_BATCH_OPS};
+use futures::TryStreamExt;
+
+use super::{pager, BatchOp, Entity, IfMatch, PartitionRange, RowRange, Store, StoreError, Value, MAX_BATCH_OPS};
 
 /// A unique table name (alphanumeric, starts with a letter).
 pub fn unique_table(prefix: &str) -> String {
@@ -59,6 +61,7 @@ pub async fn run_all(store: &dyn Store) {
     paging(store).await;
     range_queries(store).await;
     scan_orders_partitions(store).await;
+    partition_range_queries(store).await;
     batches(store).await;
     queue_basics(store).await;
     queue_visibility_and_receipts(store).await;
@@ -349,6 +352,106 @@ pub async fn scan_orders_partitions(store: &dyn Store) {
     }
     assert_eq!(seen.len(), 90);
     assert!(seen.windows(2).all(|w| w[0] < w[1]), "scan order");
+    store.delete_table(&t).await.unwrap();
+}
+
+/// `(PartitionKey, RowKey)` of every entity of a PartitionKey range query, through the pager.
+async fn read_range(store: &dyn Store, t: &str, range: &PartitionRange, page_size: usize) -> Vec<(String, String)> {
+    pager::range_pages(store, t, range, page_size)
+        .map_ok(|page| {
+            assert!(page.entities.len() <= page_size, "a page holds at most its size");
+            page.entities.into_iter().map(|e| (e.partition_key, e.row_key)).collect::<Vec<_>>()
+        })
+        .try_concat()
+        .await
+        .unwrap_or_else(|err| panic!("range query {range:?}: {err}"))
+}
+
+/// PartitionKey range queries across partitions (the prefix scanner's query, seed 004):
+/// exclusive and inclusive bounds, (PartitionKey, RowKey) order by UTF-16 code units,
+/// `'\u{ffff}'` as an upper-bound sentinel, non-ASCII keys and surrogate pairs, paging.
+pub async fn partition_range_queries(store: &dyn Store) {
+    let t = unique_table("prange");
+    assert!(
+        matches!(store.query_partitions(&t, &PartitionRange::default(), 10, None).await, Err(StoreError::NotFound(_))),
+        "range query on a missing table is NotFound"
+    );
+    store.create_table(&t).await.unwrap();
+    assert_eq!(read_range(store, &t, &PartitionRange::default(), 10).await, [], "empty table");
+    // In UTF-16 order: "" < "C" < "D" < "Da" < "Davis" < "D%41" ... see `want` below.
+    let pks = ["Davis", "D", "", "E", "C", "D\u{e000}", "D😀", "Da", "D%41", "D\u{fffe}", "é", "😀x", "it's"];
+    for pk in pks {
+        for rk in ["b", "a", "😀"] {
+            store.insert(&t, &e(pk, rk, 0)).await.unwrap_or_else(|err| panic!("insert {pk:?}/{rk:?}: {err}"));
+        }
+    }
+    let want_pks = ["", "C", "D", "D%41", "Da", "Davis", "D😀", "D\u{e000}", "D\u{fffe}", "E", "it's", "é", "😀x"];
+    let rows = |pks: &[&str]| -> Vec<(String, String)> {
+        pks.iter().flat_map(|pk| ["a", "b", "😀"].map(|rk| (pk.to_string(), rk.to_string()))).collect()
+    };
+    let range = |after: Option<&str>, before: Option<&str>, to: Option<&str>| PartitionRange {
+        after: after.map(String::from),
+        before: before.map(String::from),
+        to: to.map(String::from),
+    };
+    // Whole table, in (PartitionKey, RowKey) order, paged with continuation tokens.
+    for page_size in [1000, 7, 1] {
+        assert_eq!(
+            read_range(store, &t, &PartitionRange::default(), page_size).await,
+            rows(&want_pks),
+            "order, pages of {page_size}"
+        );
+    }
+    // Exclusive bounds on both ends.
+    assert_eq!(
+        read_range(store, &t, &range(Some("D"), Some("Davis"), None), 2).await,
+        rows(&["D%41", "Da"]),
+        "gt/lt exclusive"
+    );
+    assert_eq!(
+        read_range(store, &t, &range(Some("D"), None, Some("Davis")), 2).await,
+        rows(&["D%41", "Da", "Davis"]),
+        "le inclusive"
+    );
+    // The empty PartitionKey is the smallest; `gt ''` excludes it.
+    assert_eq!(read_range(store, &t, &range(None, Some("C"), None), 1000).await, rows(&[""]), "lt 'C'");
+    assert_eq!(read_range(store, &t, &range(Some(""), Some("D"), None), 1000).await, rows(&["C"]), "gt ''");
+    // U+FFFF sorts after every other character, astral ones (surrogates) included: the
+    // prefix scanner's `PartitionKey gt 'D' and PartitionKey le 'D\u{ffff}'` is "D*".
+    let d_star = rows(&["D%41", "Da", "Davis", "D😀", "D\u{e000}", "D\u{fffe}"]);
+    assert_eq!(read_range(store, &t, &range(Some("D"), None, Some("D\u{ffff}")), 3).await, d_star, "D* by sentinel");
+    assert_eq!(read_range(store, &t, &range(Some("D"), Some("D\u{ffff}"), None), 1000).await, d_star, "lt sentinel");
+    assert_eq!(
+        read_range(store, &t, &range(Some("D\u{ffff}"), None, None), 1000).await,
+        rows(&["E", "it's", "é", "😀x"]),
+        "gt sentinel"
+    );
+    assert_eq!(
+        read_range(store, &t, &range(Some("Davis"), None, Some("D\u{ffff}")), 1000).await,
+        rows(&["D😀", "D\u{e000}", "D\u{fffe}"]),
+        "after Davis within D*"
+    );
+    // Astral characters sort below U+E000 and above ASCII.
+    assert_eq!(
+        read_range(store, &t, &range(Some("é"), Some("\u{e000}"), None), 1000).await,
+        rows(&["😀x"]),
+        "surrogate pair range"
+    );
+    // An empty range, and a quote that must stay inside its literal.
+    assert_eq!(read_range(store, &t, &range(Some("E"), Some("C"), None), 1000).await, [], "empty range");
+    assert_eq!(
+        read_range(store, &t, &range(Some("it'r"), None, Some("it's")), 1000).await,
+        rows(&["it's"]),
+        "quote in a bound"
+    );
+    // A short first page still resumes exactly after its last entity.
+    let first = store.query_partitions(&t, &range(Some("C"), None, None), 4, None).await.unwrap();
+    assert_eq!(first.entities.len(), 4);
+    let token = first.continuation.clone().expect("more entities follow");
+    let second = store.query_partitions(&t, &range(Some("C"), None, None), 4, Some(&token)).await.unwrap();
+    assert_eq!((second.entities[0].partition_key.as_str(), second.entities[0].row_key.as_str()), ("D%41", "b"));
+    // A page size over 1,000 is capped.
+    assert!(store.query_partitions(&t, &PartitionRange::default(), 5000, None).await.unwrap().entities.len() <= 1000);
     store.delete_table(&t).await.unwrap();
 }
 

@@ -21,8 +21,8 @@ use rand::{Rng, SeedableRng};
 
 pub use super::op::OpKind;
 use super::{
-    BatchOp, ETag, Entity, IfMatch, Page, QueueStore, ReceivedMessage, RowRange, Store, StoreError, StoreResult,
-    TableStore,
+    BatchOp, ETag, Entity, IfMatch, Page, PartitionRange, QueueStore, ReceivedMessage, RowRange, Store, StoreError,
+    StoreResult, TableStore,
 };
 
 /// What happens to a matched call.
@@ -286,6 +286,15 @@ impl TableStore for FaultStore {
         continuation: Option<&str>,
     ) -> StoreResult<Page> {
         self.run(OpKind::Query, table, self.inner.query_partition(table, pk, range, limit, continuation)).await
+    }
+    async fn query_partitions(
+        &self,
+        table: &str,
+        range: &PartitionRange,
+        limit: usize,
+        continuation: Option<&str>,
+    ) -> StoreResult<Page> {
+        self.run(OpKind::QueryPartitions, table, self.inner.query_partitions(table, range, limit, continuation)).await
     }
     async fn scan(&self, table: &str, limit: usize, continuation: Option<&str>) -> StoreResult<Page> {
         self.run(OpKind::Scan, table, self.inner.scan(table, limit, continuation)).await

@@ -15,7 +15,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use super::{
-    BatchOp, ETag, Entity, IfMatch, OpKind, Page, QueueStore, ReceivedMessage, RowRange, Store, StoreResult, TableStore,
+    BatchOp, ETag, Entity, IfMatch, OpKind, Page, PartitionRange, QueueStore, ReceivedMessage, RowRange, Store,
+    StoreResult, TableStore,
 };
 
 /// One storage call, as a layer sees it.
@@ -26,7 +27,7 @@ pub struct Call<'a> {
     /// The table or queue it addresses.
     pub target: &'a str,
     /// The PartitionKey of an entity operation, a partition query or a batch; `None` for
-    /// table and queue operations and whole-table scans.
+    /// table and queue operations, whole-table scans and PartitionKey range queries.
     pub partition_key: Option<&'a str>,
     /// The RowKey of a point operation (get, insert, upsert, replace, delete).
     pub row_key: Option<&'a str>,
@@ -186,6 +187,19 @@ impl<L: Layer> TableStore for LayeredStore<L> {
         self.layer
             .run(Call::partition(OpKind::Query, table, pk), || {
                 self.inner.query_partition(table, pk, range, limit, continuation)
+            })
+            .await
+    }
+    async fn query_partitions(
+        &self,
+        table: &str,
+        range: &PartitionRange,
+        limit: usize,
+        continuation: Option<&str>,
+    ) -> StoreResult<Page> {
+        self.layer
+            .run(Call::on(OpKind::QueryPartitions, table), || {
+                self.inner.query_partitions(table, range, limit, continuation)
             })
             .await
     }

@@ -171,6 +171,31 @@ impl RowRange {
     }
 }
 
+/// A PartitionKey range of a cross-partition query ([`TableStore::query_partitions`]).
+/// `None` bounds are open. Keys compare by UTF-16 code units, as the service does
+/// (Azurite compares with JavaScript's `<`, i.e. UTF-16 code units; the embedded store
+/// registers the same order), so `'\u{ffff}'` sorts above every other BMP character and
+/// every astral character (a surrogate pair, `0xD800..0xDFFF`) sorts below U+E000.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PartitionRange {
+    /// Exclusive lower bound (`PartitionKey gt`).
+    pub after: Option<String>,
+    /// Exclusive upper bound (`PartitionKey lt`).
+    pub before: Option<String>,
+    /// Inclusive upper bound (`PartitionKey le`).
+    pub to: Option<String>,
+}
+
+impl PartitionRange {
+    /// True when `partition_key` lies inside every bound (UTF-16 code-unit order).
+    pub fn contains(&self, partition_key: &str) -> bool {
+        use crate::keys::cmp_utf16;
+        self.after.as_deref().is_none_or(|a| cmp_utf16(partition_key, a).is_gt())
+            && self.before.as_deref().is_none_or(|b| cmp_utf16(partition_key, b).is_lt())
+            && self.to.as_deref().is_none_or(|t| cmp_utf16(partition_key, t).is_le())
+    }
+}
+
 /// One page of a query: entities in (PartitionKey, RowKey) order and, if the query may have
 /// more, the opaque token to fetch the next page with.
 #[derive(Debug, Clone, Default)]
@@ -213,6 +238,23 @@ pub trait TableStore: Send + Sync {
         table: &str,
         partition_key: &str,
         range: &RowRange,
+        limit: usize,
+        continuation: Option<&str>,
+    ) -> StoreResult<Page>;
+
+    /// Queries the entities whose PartitionKey lies in `range`, across partitions, in
+    /// (PartitionKey, RowKey) order (UTF-16 code units), at most `limit` (capped at
+    /// [`MAX_PAGE`]) entities per page, resuming from `continuation` (a token from a previous
+    /// page of the same query). A missing table is `NotFound`; an empty range is an empty
+    /// page without a token. A page may be short, or empty, and still carry a token (Azure
+    /// stops a cross-partition query at partition-server boundaries and after 5 s: "Query
+    /// timeout and pagination"); follow tokens until a page has none. Cost on Azure: one
+    /// request per page, `$filter` on PartitionKey only (the prefix scanner, [`crate::scan`],
+    /// builds on it: seed 004).
+    async fn query_partitions(
+        &self,
+        table: &str,
+        range: &PartitionRange,
         limit: usize,
         continuation: Option<&str>,
     ) -> StoreResult<Page>;

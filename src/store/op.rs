@@ -28,6 +28,8 @@ pub enum OpKind {
     Query,
     /// `scan` (one page of a whole-table scan).
     Scan,
+    /// `query_partitions` (one page of a PartitionKey range query, across partitions).
+    QueryPartitions,
     /// `batch` (one entity group transaction).
     Batch,
     /// `create_queue`.
@@ -48,7 +50,7 @@ pub enum OpKind {
 
 impl OpKind {
     /// Every operation, in declaration order (`ALL[op.index()] == op`).
-    pub const ALL: [OpKind; 17] = [
+    pub const ALL: [OpKind; 18] = [
         OpKind::CreateTable,
         OpKind::DeleteTable,
         OpKind::Get,
@@ -58,6 +60,7 @@ impl OpKind {
         OpKind::Delete,
         OpKind::Query,
         OpKind::Scan,
+        OpKind::QueryPartitions,
         OpKind::Batch,
         OpKind::CreateQueue,
         OpKind::DeleteQueue,
@@ -85,6 +88,7 @@ impl OpKind {
             OpKind::Delete => "delete",
             OpKind::Query => "query",
             OpKind::Scan => "scan",
+            OpKind::QueryPartitions => "query_partitions",
             OpKind::Batch => "batch",
             OpKind::CreateQueue => "create_queue",
             OpKind::DeleteQueue => "delete_queue",

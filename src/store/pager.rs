@@ -8,7 +8,7 @@
 use futures::stream::BoxStream;
 use futures::{Stream, StreamExt, TryStreamExt};
 
-use super::{Entity, Page, RowRange, StoreResult, TableStore};
+use super::{Entity, Page, PartitionRange, RowRange, StoreResult, TableStore};
 
 /// The pages of a partition query, in RowKey order, `page_size` (1..=1,000) entities at most
 /// per request. One request per page; the stream ends after the page without a token.
@@ -51,6 +51,43 @@ pub fn scan_entities<'a, S: TableStore + ?Sized>(
     page_size: usize,
 ) -> BoxStream<'a, StoreResult<Entity>> {
     flatten(scan_pages(store, table, page_size))
+}
+
+/// The entities of a partition query, like [`entities`], owning what it needs (a stream that
+/// can outlive its caller's borrows, e.g. a response body).
+pub fn owned_entities<S: TableStore + ?Sized + 'static>(
+    store: std::sync::Arc<S>,
+    table: String,
+    partition_key: String,
+    range: RowRange,
+    page_size: usize,
+) -> BoxStream<'static, StoreResult<Entity>> {
+    flatten(follow(move |token| {
+        let (store, table, partition_key, range) = (store.clone(), table.clone(), partition_key.clone(), range.clone());
+        async move { store.query_partition(&table, &partition_key, &range, page_size, token.as_deref()).await }
+    }))
+}
+
+/// The pages of a PartitionKey range query (across partitions), in (PartitionKey, RowKey)
+/// order, `page_size` (1..=1,000) entities at most per request.
+pub fn range_pages<'a, S: TableStore + ?Sized>(
+    store: &'a S,
+    table: &'a str,
+    range: &'a PartitionRange,
+    page_size: usize,
+) -> BoxStream<'a, StoreResult<Page>> {
+    follow(move |token| async move { store.query_partitions(table, range, page_size, token.as_deref()).await })
+}
+
+/// The entities of a PartitionKey range query, in (PartitionKey, RowKey) order (see
+/// [`range_pages`]).
+pub fn range_entities<'a, S: TableStore + ?Sized>(
+    store: &'a S,
+    table: &'a str,
+    range: &'a PartitionRange,
+    page_size: usize,
+) -> BoxStream<'a, StoreResult<Entity>> {
+    flatten(range_pages(store, table, range, page_size))
 }
 
 /// Pages from `fetch` (given the continuation token, `None` first) until one has no token.

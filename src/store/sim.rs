@@ -272,7 +272,7 @@ impl SimAzure {
 
     fn latency(&self, op: OpKind) -> Duration {
         let dist = match op {
-            OpKind::Query | OpKind::Scan => &self.opts.query_latency,
+            OpKind::Query | OpKind::Scan | OpKind::QueryPartitions => &self.opts.query_latency,
             _ => &self.opts.point_latency,
         };
         match self.rng.lock() {

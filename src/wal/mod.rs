@@ -23,6 +23,7 @@ pub mod clock;
 pub mod entry;
 pub mod id;
 pub mod lease;
+pub mod schema_row;
 pub mod shard;
 
 pub use entry::{Op, WalEntry};

@@ -35,6 +35,7 @@ use rand::{Rng, SeedableRng};
 use serde_json::json;
 use table_catalog::catalog::{Catalog, CatalogOptions};
 use table_catalog::config::Names;
+use table_catalog::dispatch::WorkerOptions;
 use table_catalog::messages;
 use table_catalog::schema::Schema;
 use table_catalog::server::{self, ServeOptions};
@@ -748,7 +749,13 @@ async fn run_backlog(args: &SimArgs, shards: u16, appliers: usize, entries: usiz
         let text = messages::encode(&messages::hint_json(&shard.partition(), id.as_str()));
         env.local.put_message(&env.names.queue, &text, Duration::ZERO).await?;
     }
-    let opts = ServeOptions { batch_size: latest.len().div_ceil(appliers).clamp(1, 32), ..ServeOptions::default() };
+    let opts = ServeOptions {
+        worker: WorkerOptions {
+            concurrency: Some(latest.len().div_ceil(appliers).clamp(1, 32)),
+            ..WorkerOptions::default()
+        },
+        ..ServeOptions::default()
+    };
     let (counts_before, sim_before, cpu_before) = (env.counts.snapshot(), env.sim.sim().stats(), cpu_seconds());
     let traffic_before = env.probe.traffic();
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);

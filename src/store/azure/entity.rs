@@ -15,7 +15,7 @@ use base64::Engine as _;
 use serde_json::{Map, Number, Value as Json};
 
 use crate::store::value::check_entity;
-use crate::store::{ETag, Entity, Properties, RowRange, StoreError, StoreResult, Value};
+use crate::store::{ETag, Entity, PartitionRange, Properties, RowRange, StoreError, StoreResult, Value};
 
 /// A JSON entity as the crates read and write it.
 pub(crate) type JsonEntity = Map<String, Json>;
@@ -44,6 +44,17 @@ pub(crate) fn partition_filter(partition_key: &str, range: &RowRange) -> String 
         }
     }
     filter
+}
+
+/// The `$filter` of a cross-partition query: the PartitionKey bounds of `range`, every
+/// literal escaped; `None` for an unbounded range (a plain scan). A `'\u{ffff}'` bound
+/// travels as its UTF-8 bytes, percent-encoded in the URL like every other character.
+pub(crate) fn partitions_filter(range: &PartitionRange) -> Option<String> {
+    let bounds: Vec<String> = [("gt", &range.after), ("lt", &range.before), ("le", &range.to)]
+        .into_iter()
+        .filter_map(|(op, bound)| bound.as_ref().map(|b| format!("PartitionKey {op} {}", literal(b))))
+        .collect();
+    (!bounds.is_empty()).then(|| bounds.join(" and "))
 }
 
 /// Writes every non-ASCII character of JSON text as a `\uXXXX` escape (surrogate pairs
@@ -270,6 +281,10 @@ mod tests {
     fn quotes_are_doubled_in_filters() {
         let range = RowRange { from: Some("a'b".into()), before: Some("'".into()), ..RowRange::default() };
         assert_eq!(partition_filter("it's", &range), "PartitionKey eq 'it''s' and RowKey ge 'a''b' and RowKey lt ''''");
+        let prefix =
+            PartitionRange { after: Some("D'x".into()), to: Some("D\u{ffff}".into()), ..PartitionRange::default() };
+        assert_eq!(partitions_filter(&prefix).unwrap(), "PartitionKey gt 'D''x' and PartitionKey le 'D\u{ffff}'");
+        assert_eq!(partitions_filter(&PartitionRange::default()), None);
     }
 
     #[test]

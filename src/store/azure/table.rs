@@ -11,14 +11,14 @@ use futures::StreamExt as _;
 
 use super::batch::{self, BatchBody};
 use super::entity::{
-    decode_continuation, encode_continuation, escape_quotes, from_json, partition_filter, same_properties, to_body,
-    to_json, JsonEntity,
+    decode_continuation, encode_continuation, escape_quotes, from_json, partition_filter, partitions_filter,
+    same_properties, to_body, to_json, JsonEntity,
 };
 use super::error::{http_status, map_error};
 use super::{check_table_name, AzureStore};
 use crate::store::{
-    count_pages, validate_batch, BatchOp, ETag, Entity, IfMatch, Page, RowRange, StoreError, StoreResult, TableStore,
-    MAX_PAGE,
+    count_pages, validate_batch, BatchOp, ETag, Entity, IfMatch, Page, PartitionRange, RowRange, StoreError,
+    StoreResult, TableStore, MAX_PAGE,
 };
 
 /// True for the error code of a missing table (as opposed to a missing entity).
@@ -314,6 +314,16 @@ impl TableStore for AzureStore {
     ) -> StoreResult<Page> {
         let filter = partition_filter(partition_key, range);
         self.query_page(table, Some(filter), None, limit, continuation, "query partition").await
+    }
+
+    async fn query_partitions(
+        &self,
+        table: &str,
+        range: &PartitionRange,
+        limit: usize,
+        continuation: Option<&str>,
+    ) -> StoreResult<Page> {
+        self.query_page(table, partitions_filter(range), None, limit, continuation, "query partitions").await
     }
 
     async fn scan(&self, table: &str, limit: usize, continuation: Option<&str>) -> StoreResult<Page> {

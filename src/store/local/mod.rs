@@ -34,8 +34,8 @@ use async_trait::async_trait;
 use rusqlite::Connection;
 
 use super::{
-    validate_batch, validate_message, validate_receive, BatchOp, ETag, Entity, IfMatch, Page, QueueStore,
-    ReceivedMessage, RowRange, StoreResult, TableStore, MAX_PAGE,
+    validate_batch, validate_message, validate_receive, BatchOp, ETag, Entity, IfMatch, Page, PartitionRange,
+    QueueStore, ReceivedMessage, RowRange, StoreResult, TableStore, MAX_PAGE,
 };
 use codec::{decode_token, utf16_cmp};
 use readers::Readers;
@@ -219,6 +219,19 @@ impl TableStore for LocalStore {
     ) -> StoreResult<(u64, Option<String>)> {
         let (t, pk, range) = (table.to_lowercase(), partition_key.to_string(), range.clone());
         self.read(move |c| sql::count_range(c, &t, &pk, &range)).await
+    }
+
+    async fn query_partitions(
+        &self,
+        table: &str,
+        range: &PartitionRange,
+        limit: usize,
+        continuation: Option<&str>,
+    ) -> StoreResult<Page> {
+        let limit = limit.clamp(1, MAX_PAGE);
+        let after = continuation.map(decode_token).transpose()?;
+        let (t, range) = (table.to_lowercase(), range.clone());
+        self.read(move |c| sql::query_partitions(c, &t, &range, limit, after)).await
     }
 
     async fn scan(&self, table: &str, limit: usize, continuation: Option<&str>) -> StoreResult<Page> {

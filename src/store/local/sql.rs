@@ -7,7 +7,9 @@ use std::time::Duration;
 
 use rusqlite::{params, Connection, OptionalExtension, Params};
 
-use super::super::{BatchOp, ETag, Entity, IfMatch, Page, ReceivedMessage, RowRange, StoreError, StoreResult};
+use super::super::{
+    BatchOp, ETag, Entity, IfMatch, Page, PartitionRange, ReceivedMessage, RowRange, StoreError, StoreResult,
+};
 use super::codec::{decode_props, encode_props, new_etag, now_ms, page_from};
 
 /// The database layout. `entities` keys compare with the `UTF16` collation.
@@ -266,6 +268,35 @@ pub(super) fn scan(conn: &Connection, table: &str, limit: usize, after: Option<(
         )?,
     };
     Ok(page_from(rows, limit))
+}
+
+/// One page of the entities whose PartitionKey lies in `range`, in (PartitionKey, RowKey)
+/// order, strictly after `after` (a continuation position) if given, at most `limit`.
+pub(super) fn query_partitions(
+    conn: &Connection,
+    table: &str,
+    range: &PartitionRange,
+    limit: usize,
+    after: Option<(String, String)>,
+) -> StoreResult<Page> {
+    require_table(conn, table)?;
+    let mut sql = String::from("SELECT pk, rk, etag, props FROM entities WHERE tbl = ?1");
+    let mut args: Vec<String> = vec![table.to_string()];
+    for (op, bound) in [(">", &range.after), ("<", &range.before), ("<=", &range.to)] {
+        if let Some(b) = bound {
+            args.push(b.clone());
+            sql.push_str(&format!(" AND pk {op} ?{}", args.len()));
+        }
+    }
+    if let Some((pk, rk)) = after {
+        args.push(pk);
+        args.push(rk);
+        let (p, r) = (args.len() - 1, args.len());
+        sql.push_str(&format!(" AND (pk > ?{p} OR (pk = ?{p} AND rk > ?{r}))"));
+    }
+    sql.push_str(&format!(" ORDER BY pk, rk LIMIT {}", limit + 1));
+    let args: Vec<&dyn rusqlite::ToSql> = args.iter().map(|a| a as &dyn rusqlite::ToSql).collect();
+    Ok(page_from(entities(conn, &sql, &args)?, limit))
 }
 
 // ---- queues ----

@@ -1,0 +1,39 @@
+//! The scan queue's handler: work items of jobs, run by [`Jobs::run_item`].
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+
+use super::{Jobs, WorkItem, VERSION};
+use crate::dispatch::{Delivery, Handled, Handler};
+use crate::error::Result;
+
+/// Hands scan-queue messages to [`Jobs`].
+#[derive(Debug, Clone)]
+pub struct JobHandler(pub Arc<Jobs>);
+
+fn parse(text: &str) -> std::result::Result<WorkItem, String> {
+    let item: WorkItem = serde_json::from_str(text).map_err(|e| format!("work item: not a valid work item: {e}"))?;
+    if item.v != VERSION {
+        return Err(format!("work item: unknown format version {} (this version reads {VERSION})", item.v));
+    }
+    Ok(item)
+}
+
+#[async_trait]
+impl Handler for JobHandler {
+    async fn handle(&self, d: Delivery<'_>) -> Result<Handled> {
+        match parse(d.text) {
+            Ok(item) => Ok(Handled::Done(self.0.run_item(&item).await?)),
+            Err(reason) => Ok(Handled::Rejected(reason)),
+        }
+    }
+
+    async fn on_poisoned(&self, d: Delivery<'_>, reason: &str) {
+        if let Ok(item) = parse(d.text) {
+            if let Err(e) = self.0.fail(&item.job, &format!("a work item was given up on: {reason}")).await {
+                tracing::error!(job = %item.job, error = %e, "could not mark the job failed");
+            }
+        }
+    }
+}

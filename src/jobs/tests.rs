@@ -1,0 +1,199 @@
+//! The job protocol with a synthetic job kind: a range of numbers split in halves until a
+//! piece is small, each number counted once and multiples of 7 reported as findings.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde_json::{json, Value as Json};
+
+use super::*;
+use crate::dispatch::{Dispatcher, Disposition, QueuePolicy};
+use crate::store::local::LocalStore;
+use crate::store::QueueStore;
+
+/// Splits `[lo, hi)`; fails transiently on every `flaky`-th call, and always on the piece
+/// starting at `poison` if set.
+struct Halves {
+    calls: AtomicU32,
+    flaky: u32,
+    poison: Option<u64>,
+}
+
+#[async_trait]
+impl JobRunner for Halves {
+    fn roots(&self, params: &Json) -> Result<Vec<Json>> {
+        let n = params
+            .get("size")
+            .and_then(Json::as_u64)
+            .ok_or_else(|| Error::invalid("params.size: a count is required"))?;
+        Ok(vec![json!([0, n])])
+    }
+
+    async fn run(&self, _job: &Job, step: &Json) -> Result<StepResult> {
+        let call = self.calls.fetch_add(1, Ordering::SeqCst) + 1;
+        let (lo, hi) = (step[0].as_u64().unwrap_or(0), step[1].as_u64().unwrap_or(0));
+        if self.flaky > 0 && call % self.flaky == 0 || self.poison == Some(lo) {
+            return Err(Error::Store(StoreError::Unavailable(format!("flaky at call {call}"))));
+        }
+        let mut r = StepResult::default();
+        if hi - lo > 4 {
+            let mid = (lo + hi) / 2;
+            r.next = vec![json!([lo, mid]), json!([mid, hi])];
+        } else {
+            r.counters.insert("numbers".into(), hi - lo);
+            r.findings = (lo..hi).filter(|i| i % 7 == 0).map(|i| json!({"multiple_of_7": i})).collect();
+            r.counters.insert("findings".into(), r.findings.len() as u64);
+        }
+        Ok(r)
+    }
+}
+
+async fn setup(flaky: u32, poison: Option<u64>) -> (Arc<dyn Store>, Arc<Jobs>, Dispatcher) {
+    let store: Arc<dyn Store> = Arc::new(LocalStore::in_memory().unwrap());
+    store.create_table("jobswal").await.unwrap();
+    for q in ["scan", "scan-poison"] {
+        store.create_queue(q).await.unwrap();
+    }
+    let runner = Arc::new(Halves { calls: AtomicU32::new(0), flaky, poison });
+    let jobs = Arc::new(Jobs::new(store.clone(), "jobswal".into(), "scan".into()).with_runner(JobKind::Verify, runner));
+    let policy = QueuePolicy { max_dequeue_count: 3, retry_delay: Duration::ZERO, ..QueuePolicy::host() };
+    let d = Dispatcher::new(store.clone(), "scan".into(), "scan-poison".into(), Arc::new(JobHandler(jobs.clone())))
+        .with_policy(policy);
+    (store, jobs, d)
+}
+
+/// Delivers every message, `copies` times each (a redelivery of the same text), until the
+/// queue is empty.
+async fn drain(store: &dyn QueueStore, d: &Dispatcher, copies: usize) -> Vec<Disposition> {
+    let mut out = Vec::new();
+    let mut copied = std::collections::HashSet::new();
+    loop {
+        let got = store.receive_messages("scan", 32, Duration::from_secs(60)).await.unwrap();
+        if got.is_empty() {
+            return out;
+        }
+        for m in got {
+            if copied.insert(m.text.clone()) {
+                for _ in 1..copies {
+                    store.put_message("scan", &m.text, Duration::ZERO).await.unwrap();
+                }
+            }
+            out.push(d.deliver(m).await);
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_job_counts_every_item_once_and_finishes_done() {
+    let (store, jobs, d) = setup(0, None).await;
+    let job = jobs.start(JobKind::Verify, json!({"size": 100})).await.unwrap();
+    assert_eq!(job.state, JobState::Running);
+    let running = jobs.get(&job.id).await.unwrap();
+    assert_eq!((running.steps_pending, running.steps_done), (1, 0));
+    drain(store.as_ref(), &d, 1).await;
+    let done = jobs.get(&job.id).await.unwrap();
+    assert_eq!(done.state, JobState::Done, "{done:?}");
+    assert_eq!(done.counters["numbers"], 100);
+    assert_eq!(done.counters["findings"], 15);
+    assert_eq!(done.steps_pending, 0);
+    let findings: Vec<Json> = jobs.findings(&job.id).try_collect().await.unwrap();
+    assert_eq!(findings.len(), 15);
+    assert!(done.finished.is_some());
+    assert_eq!(jobs.list(10, None).await.unwrap().jobs.len(), 1);
+}
+
+#[tokio::test]
+async fn redelivered_and_flaky_work_items_change_nothing() {
+    // Every message delivered three times, and every 5th run fails (retried).
+    let (store, jobs, d) = setup(5, None).await;
+    let job = jobs.start(JobKind::Verify, json!({"size": 333})).await.unwrap();
+    let dispositions = drain(store.as_ref(), &d, 3).await;
+    assert!(dispositions.iter().any(|x| matches!(x, Disposition::Retry(_))), "some runs failed and were retried");
+    let done = jobs.get(&job.id).await.unwrap();
+    assert_eq!(done.state, JobState::Done, "{done:?}");
+    assert_eq!((done.counters["numbers"], done.counters["findings"]), (333, 48));
+    let findings: Vec<Json> = jobs.findings(&job.id).try_collect().await.unwrap();
+    assert_eq!(findings.len(), 48, "each finding once");
+}
+
+#[tokio::test]
+async fn a_work_item_failing_max_dequeue_count_times_fails_the_job() {
+    let (store, jobs, d) = setup(0, Some(0)).await;
+    let job = jobs.start(JobKind::Verify, json!({"size": 4})).await.unwrap();
+    let dispositions = drain(store.as_ref(), &d, 1).await;
+    assert!(matches!(dispositions.last(), Some(Disposition::Poisoned(_))), "{dispositions:?}");
+    let failed = jobs.get(&job.id).await.unwrap();
+    assert_eq!(failed.state, JobState::Failed);
+    assert!(failed.last_error.as_deref().unwrap_or_default().contains("failed 3 times"), "{failed:?}");
+}
+
+#[tokio::test]
+async fn a_cancelled_job_drops_its_work_items() {
+    let (store, jobs, d) = setup(0, None).await;
+    let job = jobs.start(JobKind::Verify, json!({"size": 50})).await.unwrap();
+    assert_eq!(jobs.cancel(&job.id).await.unwrap().state, JobState::Cancelled);
+    drain(store.as_ref(), &d, 1).await;
+    let cancelled = jobs.get(&job.id).await.unwrap();
+    assert_eq!(cancelled.state, JobState::Cancelled);
+    assert!(cancelled.counters.is_empty(), "no work item ran: {cancelled:?}");
+    assert!(matches!(jobs.cancel(&job.id).await, Err(Error::Conflict(_))));
+}
+
+#[tokio::test]
+async fn a_lost_enqueue_is_recovered_by_resume() {
+    let (store, jobs, d) = setup(0, None).await;
+    let job = jobs.start(JobKind::Verify, json!({"size": 20})).await.unwrap();
+    // The root's message is lost (as if the process died after recording it as outstanding).
+    let lost = store.receive_messages("scan", 32, Duration::from_secs(60)).await.unwrap();
+    for m in lost {
+        store.delete_message("scan", &m.id, &m.pop_receipt).await.unwrap();
+    }
+    assert_eq!(jobs.get(&job.id).await.unwrap().state, JobState::Running);
+    assert_eq!(jobs.resume(&job.id).await.unwrap(), 1);
+    drain(store.as_ref(), &d, 1).await;
+    let done = jobs.get(&job.id).await.unwrap();
+    assert_eq!((done.state, done.counters["numbers"]), (JobState::Done, 20));
+}
+
+#[tokio::test]
+async fn bad_parameters_and_work_items_are_refused() {
+    let (store, jobs, d) = setup(0, None).await;
+    let e = jobs.start(JobKind::Verify, json!({})).await.unwrap_err().to_string();
+    assert!(e.contains("params.size"), "{e}");
+    assert!(jobs.list(10, None).await.unwrap().jobs.is_empty(), "nothing written");
+    assert!(jobs.start(JobKind::Repair, json!({"size": 1})).await.unwrap_err().to_string().contains("kind:"));
+    store.put_message("scan", &messages::encode("{\"v\":1}"), Duration::ZERO).await.unwrap();
+    let out = drain(store.as_ref(), &d, 1).await;
+    assert!(matches!(&out[..], [Disposition::Poisoned(r)] if r.contains("work item")), "{out:?}");
+    assert!(matches!(jobs.get(&JobId::new()).await, Err(Error::NotFound(_))));
+}
+
+/// A work item whose completion is cut short after its counters were stored (the removal of
+/// its outstanding row fails) runs again: its counters and findings must not count twice.
+#[cfg(feature = "fault-injection")]
+#[tokio::test]
+async fn a_work_item_rerun_after_its_counters_were_stored_counts_once() {
+    use crate::store::fault::{unavailable, Fault, FaultStore, OpKind, Rule, Trigger};
+    let local: Arc<dyn Store> = Arc::new(LocalStore::in_memory().unwrap());
+    let faults = Arc::new(FaultStore::new(local, 7));
+    let store: Arc<dyn Store> = faults.clone();
+    store.create_table("jobswal").await.unwrap();
+    for q in ["scan", "scan-poison"] {
+        store.create_queue(q).await.unwrap();
+    }
+    let runner = Arc::new(Halves { calls: AtomicU32::new(0), flaky: 0, poison: None });
+    let jobs = Arc::new(Jobs::new(store.clone(), "jobswal".into(), "scan".into()).with_runner(JobKind::Verify, runner));
+    let policy = QueuePolicy { max_dequeue_count: 100, retry_delay: Duration::ZERO, ..QueuePolicy::host() };
+    let d = Dispatcher::new(store.clone(), "scan".into(), "scan-poison".into(), Arc::new(JobHandler(jobs.clone())))
+        .with_policy(policy);
+    let job = jobs.start(JobKind::Verify, json!({"size": 200})).await.unwrap();
+    faults.add(Rule::new(&[OpKind::Delete], Trigger::Probability(0.5), Fault::Fail(unavailable())).on("jobswal"));
+    let out = drain(store.as_ref(), &d, 1).await;
+    assert!(out.iter().filter(|x| matches!(x, Disposition::Retry(_))).count() > 5, "items were rerun: {out:?}");
+    let done = jobs.get(&job.id).await.unwrap();
+    assert_eq!(done.state, JobState::Done, "{done:?}");
+    assert_eq!((done.counters["numbers"], done.counters["findings"]), (200, 29));
+    assert_eq!(jobs.findings(&job.id).try_collect::<Vec<_>>().await.unwrap().len(), 29);
+}

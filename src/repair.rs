@@ -1,0 +1,71 @@
+//! Repair: re-logs the latest state of every record `verify` finds disagreeing, through the
+//! WAL, so a repair obeys fencing and ordering like any write and never edits catalog rows
+//! directly (issue 12).
+//!
+//! The latest state of a record is its row with the highest WAL id ([`crate::verify::Fix`]):
+//! a live row becomes an upsert of its payload (restoring missing rows, replacing stale ones
+//! and older tombstones); a tombstone, or an orphan row whose owner and other rows are gone,
+//! becomes a delete of exactly that identity ([`crate::query::Filter::identity`]). The new
+//! entries get ids above every row's, so they win over what is there. Unreadable rows are
+//! counted and left alone. Apply afterwards (`recover`, or a running `serve`).
+
+use std::collections::BTreeMap;
+
+use futures::TryStreamExt;
+use serde::Serialize;
+
+use crate::catalog::Catalog;
+use crate::error::Result;
+use crate::verify::{row_checks, Fix, RowCheck, VerifyOptions};
+
+/// What a repair did.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct RepairReport {
+    /// Rows checked.
+    pub rows: usize,
+    /// Findings by kind, as `verify` reports them.
+    pub findings: BTreeMap<&'static str, u64>,
+    /// Records re-logged as upserts.
+    pub upserts: u64,
+    /// Records re-logged as deletes.
+    pub deletes: u64,
+    /// Rows or records left alone: unreadable rows, and records whose latest state the
+    /// catalog refuses as a write (the reasons are logged as warnings).
+    pub unrepairable: u64,
+}
+
+/// Checks every row of the catalog table and logs one write per disagreeing record;
+/// `on_check` sees every row check (progress, findings output). Errors: storage failures of
+/// the scan and the checks, and WAL appends that fail for a reason other than the record
+/// itself.
+pub async fn repair(
+    catalog: &Catalog,
+    opts: VerifyOptions,
+    mut on_check: impl FnMut(&RowCheck),
+) -> Result<RepairReport> {
+    let store = catalog.store().as_ref();
+    let mut checks = row_checks(store, &catalog.names().table, catalog.schema(), opts);
+    let mut report = RepairReport::default();
+    while let Some(check) = checks.try_next().await? {
+        on_check(&check);
+        report.rows += 1;
+        for f in &check.findings {
+            *report.findings.entry(f.kind.name()).or_default() += 1;
+            report.unrepairable += u64::from(matches!(f.kind, crate::verify::FindingKind::Unreadable { .. }));
+        }
+        let Some(fix) = check.record.and_then(|r| r.fix) else { continue };
+        let written = match fix {
+            Fix::Upsert(record) => catalog.upsert(record, false).await.map(|_| &mut report.upserts),
+            Fix::Delete(filter) => catalog.delete(filter, false).await.map(|_| &mut report.deletes),
+        };
+        match written {
+            Ok(counter) => *counter += 1,
+            Err(e) if e.is_input_fault() => {
+                tracing::warn!(error = %e, "repair: the record's latest state cannot be written; left alone");
+                report.unrepairable += 1;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(report)
+}

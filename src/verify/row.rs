@@ -1,0 +1,202 @@
+//! The check of one row, without global state, so that any number of workers can check the
+//! rows of a scan step each (the distributed verify of issue 12).
+//!
+//! A row belongs to the record its payload describes: the payload's keys must give the
+//! row's RowKey (the record identity) and include its PartitionKey. A record's rows are
+//! expected in the partitions of its index values, in schema order; the first is its
+//! **owner** row. Exactly one row reports each record: the first existing row in schema
+//! order (the owner, unless it is missing). So:
+//! - a row that does not belong is reported by itself ([`FindingKind::Unreadable`]) and
+//!   counts as missing for its record;
+//! - a row at schema position `i` reads the rows before it (point gets, in order) and stops
+//!   at the first one that exists: that one reports. The owner reads none; a non-owner
+//!   usually reads one (the owner);
+//! - the reporting row reads the rows after it (point gets, concurrently), compares WAL id
+//!   (`_tc.w`), payload and tombstone flag, and reports the record's findings once.
+//!
+//! Each row costs at most one get per index field, concurrently or stopping early; memory is
+//! one record's rows. Rows are read while others may change them: run it on a drained WAL
+//! (nothing pending), as `table-catalog verify` warns.
+
+use futures::future::try_join_all;
+
+use super::finding::{Finding, FindingKind, RowState, SeenRow};
+use crate::error::Result;
+use crate::query::Filter;
+use crate::record::{self, Record, RowMeta};
+use crate::schema::{RecordKeys, Schema};
+use crate::store::{Entity, TableStore};
+
+/// What re-logging a record's latest state means (`repair`).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Fix {
+    /// Upsert this payload (the record's newest live row): restores missing rows, replaces
+    /// stale rows and tombstones older than it.
+    Upsert(Record),
+    /// Delete exactly this identity (a filter on its index values and its RowKey, first
+    /// field on a partition that holds a live row, so the delete finds it).
+    Delete(Filter),
+}
+
+/// The verdict on a record, produced by the one row that reports it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RecordCheck {
+    /// True when the record has live rows (it counts as a record).
+    pub live: bool,
+    /// What `repair` logs; `None` when the record is consistent.
+    pub fix: Option<Fix>,
+}
+
+/// The result of checking one row.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RowCheck {
+    /// The row is a tombstone.
+    pub tombstone: bool,
+    /// `Some` on the row that reports its record.
+    pub record: Option<RecordCheck>,
+    /// Findings this row reports: its own `unreadable`, or its record's (when it reports it).
+    pub findings: Vec<Finding>,
+}
+
+/// One expected row of a record: its partition and, if it exists and belongs, the row.
+struct Slot {
+    pk: String,
+    row: Option<(Entity, RowMeta)>,
+}
+
+impl Slot {
+    fn seen(&self) -> SeenRow {
+        let (state, wal_id) = match &self.row {
+            None => (RowState::Missing, None),
+            Some((_, m)) if m.deleted => (RowState::Tombstone, Some(m.wal_id.clone())),
+            Some((_, m)) => (RowState::Live, Some(m.wal_id.clone())),
+        };
+        SeenRow { pk: self.pk.clone(), state, wal_id }
+    }
+
+    fn live(&self) -> bool {
+        self.row.as_ref().is_some_and(|(_, m)| !m.deleted)
+    }
+}
+
+/// The record keys of a row and its position among them, or why it does not belong.
+fn belongs(schema: &Schema, entity: &Entity, meta: &RowMeta) -> std::result::Result<(RecordKeys, usize), String> {
+    let keys = schema
+        .record_keys(&record::payload(entity, meta))
+        .map_err(|e| format!("its record cannot be keyed by the schema: {e}"))?;
+    if keys.row_key != entity.row_key {
+        return Err(format!("its record's keys give RowKey '{}'", keys.row_key));
+    }
+    match keys.partitions.iter().position(|(_, pk)| *pk == entity.partition_key) {
+        Some(i) => Ok((keys, i)),
+        None => Err("its record's index values do not include this partition".to_string()),
+    }
+}
+
+/// Reads the row `(pk, row_key)`; `None` when it is absent or does not belong.
+async fn read(store: &dyn TableStore, table: &str, schema: &Schema, pk: &str, row_key: &str) -> Result<Slot> {
+    let row = store.get(table, pk, row_key).await?.and_then(|e| {
+        let meta = RowMeta::of(&e);
+        belongs(schema, &e, &meta).is_ok().then_some((e, meta))
+    });
+    Ok(Slot { pk: pk.to_string(), row })
+}
+
+/// Checks one row of catalog table `table` (see the module docs). Errors: storage failures
+/// of the point reads.
+pub async fn check_row(store: &dyn TableStore, table: &str, schema: &Schema, entity: Entity) -> Result<RowCheck> {
+    let meta = RowMeta::of(&entity);
+    let tombstone = meta.deleted;
+    let (keys, position) = match belongs(schema, &entity, &meta) {
+        Ok(b) => b,
+        Err(reason) => {
+            let kind = FindingKind::Unreadable { pk: entity.partition_key.clone(), reason };
+            let rows = vec![Slot { pk: entity.partition_key.clone(), row: Some((entity.clone(), meta)) }.seen()];
+            let finding = Finding { kind, row_key: entity.row_key, rows };
+            return Ok(RowCheck { tombstone, record: None, findings: vec![finding] });
+        }
+    };
+    let row_key = &keys.row_key;
+    let mut slots = Vec::with_capacity(keys.partitions.len());
+    for (_, pk) in &keys.partitions[..position] {
+        let slot = read(store, table, schema, pk, row_key).await?;
+        if slot.row.is_some() {
+            // An earlier row exists: it reports the record.
+            return Ok(RowCheck { tombstone, record: None, findings: Vec::new() });
+        }
+        slots.push(slot);
+    }
+    slots.push(Slot { pk: entity.partition_key.clone(), row: Some((entity, meta)) });
+    let later = keys.partitions[position + 1..].iter().map(|(_, pk)| read(store, table, schema, pk, row_key));
+    slots.extend(try_join_all(later).await?);
+    let (record, findings) = judge(&keys, &slots);
+    Ok(RowCheck { tombstone, record: Some(record), findings })
+}
+
+/// The verdict on a record from all its expected rows, in schema order.
+fn judge(keys: &RecordKeys, slots: &[Slot]) -> (RecordCheck, Vec<Finding>) {
+    let live: Vec<&Slot> = slots.iter().filter(|s| s.live()).collect();
+    if live.is_empty() {
+        // A deleted record: tombstones only (some may have been swept).
+        return (RecordCheck { live: false, fix: None }, Vec::new());
+    }
+    let rows: Vec<SeenRow> = slots.iter().map(Slot::seen).collect();
+    let finding = |kind| Finding { kind, row_key: keys.row_key.clone(), rows: rows.clone() };
+    // The newest row: the highest WAL id, the first in schema order on a tie.
+    let mut newest: Option<&(Entity, RowMeta)> = None;
+    for row in slots.iter().filter_map(|s| s.row.as_ref()) {
+        if newest.is_none_or(|(_, m)| row.1.wal_id > m.wal_id) {
+            newest = Some(row);
+        }
+    }
+    let Some((newest_row, newest_meta)) = newest else {
+        return (RecordCheck { live: true, fix: None }, Vec::new());
+    };
+    let newest_payload = record::payload(newest_row, newest_meta);
+    let upsert = || Some(Fix::Upsert(newest_payload.clone()));
+    let delete = || Some(Fix::Delete(identity_filter(keys, &live[0].pk, &newest_payload)));
+
+    let any_tombstone = slots.iter().any(|s| s.row.as_ref().is_some_and(|(_, m)| m.deleted));
+    if any_tombstone {
+        let fix = if newest_meta.deleted { delete() } else { upsert() };
+        return (RecordCheck { live: true, fix }, vec![finding(FindingKind::SplitState)]);
+    }
+    if slots[0].row.is_none() && live.len() == 1 {
+        let kind = FindingKind::OrphanRow { pk: live[0].pk.clone() };
+        return (RecordCheck { live: true, fix: delete() }, vec![finding(kind)]);
+    }
+    let mut findings: Vec<Finding> = slots
+        .iter()
+        .filter(|s| s.row.is_none())
+        .map(|s| finding(FindingKind::MissingRow { pk: s.pk.clone() }))
+        .collect();
+    for slot in &live {
+        let Some((e, m)) = &slot.row else { continue };
+        if m.wal_id != newest_meta.wal_id || record::payload(e, m) != newest_payload {
+            findings.push(finding(FindingKind::Stale {
+                pk: slot.pk.clone(),
+                wal_id: m.wal_id.clone(),
+                newest: newest_meta.wal_id.clone(),
+            }));
+        }
+    }
+    let fix = if findings.is_empty() { None } else { upsert() };
+    (RecordCheck { live: true, fix }, findings)
+}
+
+/// A filter that names exactly the identity `keys.row_key`: every index value of the record,
+/// the one of partition `first_pk` first (a delete reads that partition), and the RowKey.
+fn identity_filter(keys: &RecordKeys, first_pk: &str, payload: &Record) -> Filter {
+    let mut fields: Vec<(String, String)> = Vec::with_capacity(keys.partitions.len());
+    for (field, pk) in &keys.partitions {
+        if let Some(value) = Schema::index_value(payload, field) {
+            let pair = (field.clone(), value);
+            if pk == first_pk {
+                fields.insert(0, pair);
+            } else {
+                fields.push(pair);
+            }
+        }
+    }
+    Filter::new(fields).identity(keys.row_key.clone())
+}
