@@ -48,7 +48,8 @@ async fn export_then_import_into_an_empty_catalog_reproduces_it() {
         assert_eq!((summary.logged, summary.rejected.len()), (149, 0), "{backend:?}");
         second.recover().await.unwrap();
         let again = export_lines(&second).await;
-        let (a, b): (BTreeSet<String>, BTreeSet<String>) = (exported.into_iter().collect(), again.into_iter().collect());
+        let (a, b): (BTreeSet<String>, BTreeSet<String>) =
+            (exported.into_iter().collect(), again.into_iter().collect());
         assert_eq!(a, b, "{backend:?}: the export of the re-import is the same set of records");
         let report = table_catalog::verify::verify(second.store().as_ref(), &second.names().table, second.schema())
             .await

@@ -4,7 +4,8 @@
 //! entry's catalog rows and before its group is checkpointed and leaves the pending
 //! partition. So a crash anywhere before the checkpoint re-applies the group, which writes
 //! the rows again; the RowKey depends only on the entry's id, so the row is inserted once and
-//! a second insert gets 409, which counts as written. Rows of one identity share a partition
+//! a second insert gets 409, which counts as written (a transaction that meets such a row is
+//! redone row by row). Rows of one identity share a partition
 //! and go in one entity group transaction: one request per identity per group.
 
 use std::collections::BTreeMap;
@@ -71,27 +72,34 @@ impl Applier {
     }
 
     /// Inserts the rows of one identity, an entity group transaction per 100 rows (and
-    /// 4 MiB); rows already there (409) are dropped from the batch, which is sent again.
+    /// 4 MiB). When the transaction fails because a row is already there (a re-application),
+    /// the rows of that transaction are inserted one by one, each 409 counting as written:
+    /// no row is skipped on the strength of an operation index.
     async fn insert_history(&self, target: &HistoryTarget, identity: &str, rows: &[Entity]) -> Result<()> {
         for chunk in batches(rows) {
-            let mut ops: Vec<BatchOp> = chunk.iter().cloned().map(BatchOp::Insert).collect();
-            while !ops.is_empty() {
-                let result = match ops.as_slice() {
-                    [BatchOp::Insert(one)] => self.store.insert(&target.table, one).await.map(|_| ()),
-                    _ => self.store.batch(&target.table, identity, &ops).await.map(|_| ()),
-                };
-                match result {
-                    Ok(()) => break,
-                    Err(StoreError::AlreadyExists(_)) if ops.len() == 1 => break,
-                    Err(StoreError::BatchFailed { index, source })
-                        if matches!(*source, StoreError::AlreadyExists(_)) =>
-                    {
-                        ops.remove(index.min(ops.len() - 1));
+            if let [one] = chunk {
+                self.insert_once(&target.table, one).await?;
+                continue;
+            }
+            let ops: Vec<BatchOp> = chunk.iter().cloned().map(BatchOp::Insert).collect();
+            match self.store.batch(&target.table, identity, &ops).await {
+                Ok(_) => {}
+                Err(StoreError::BatchFailed { source, .. }) if matches!(*source, StoreError::AlreadyExists(_)) => {
+                    for row in chunk {
+                        self.insert_once(&target.table, row).await?;
                     }
-                    Err(e) => return Err(e.into()),
                 }
+                Err(e) => return Err(e.into()),
             }
         }
         Ok(())
+    }
+
+    /// Inserts one history row; already there (409) is fine.
+    async fn insert_once(&self, table: &str, row: &Entity) -> Result<()> {
+        match self.store.insert(table, row).await {
+            Ok(_) | Err(StoreError::AlreadyExists(_)) => Ok(()),
+            Err(e) => Err(e.into()),
+        }
     }
 }
