@@ -70,7 +70,7 @@ pub struct CatalogArgs {
     #[arg(long, env = settings::WAL_SHARDS, default_value_t = DEFAULT_SHARDS, value_parser = parse_shards, global = true)]
     pub wal_shards: u16,
     /// Record every applied change in the table {name}history (on/off).
-    #[arg(long, env = settings::HISTORY, default_value = "off", value_parser = parse_history, global = true)]
+    #[arg(long, env = settings::HISTORY, default_value = "off", value_parser = parse_history, action = clap::ArgAction::Set, global = true)]
     pub history: bool,
     /// History retention: remove rows older than this many days (1-36500) [default: keep].
     #[arg(long, env = settings::HISTORY_DAYS, global = true)]
