@@ -33,9 +33,9 @@ param location string = resourceGroup().location
 @maxLength(10)
 param namePrefix string = 'tcat'
 
-@description('Catalog table name (TABLE_CATALOG_NAME): letters and digits, starting with a letter. The WAL table ({name}wal), apply queue ({name}-apply, lowercased) and poison queue ({queue}-poison) derive from it; queue names are limited to 63 characters, hence 50.')
+@description('Catalog table name (TABLE_CATALOG_NAME): letters and digits, starting with a letter. The WAL table ({name}wal), apply queue ({name}-apply, lowercased) and poison queue ({queue}-poison) derive from it; queue names are limited to 63 characters ({name}-apply-scan-poison), hence 45.')
 @minLength(3)
-@maxLength(50)
+@maxLength(45)
 param catalogName string = 'catalog'
 
 @description('Comma-separated indexed fields (TABLE_CATALOG_INDEX_KEYS), e.g. eid,ssn,npi.')
@@ -106,6 +106,8 @@ var catalogTableName = catalogName
 var walTableName = '${catalogName}wal'
 var applyQueueName = toLower('${catalogName}-apply')
 var poisonQueueName = '${applyQueueName}-poison'
+var scanQueueName = '${applyQueueName}-scan'
+var scanPoisonQueueName = '${scanQueueName}-poison'
 
 // Built-in role definition ids.
 var roleStorageBlobDataOwner = 'b7e6dc6d-f1e8-4753-8033-0f276bb0955b'
@@ -180,6 +182,17 @@ resource applyQueue 'Microsoft.Storage/storageAccounts/queueServices/queues@2023
 resource poisonQueue 'Microsoft.Storage/storageAccounts/queueServices/queues@2023-05-01' = {
   parent: queueService
   name: poisonQueueName
+}
+
+// Job work items (verify, repair) for the `scan` function, and their poison queue.
+resource scanQueue 'Microsoft.Storage/storageAccounts/queueServices/queues@2023-05-01' = {
+  parent: queueService
+  name: scanQueueName
+}
+
+resource scanPoisonQueue 'Microsoft.Storage/storageAccounts/queueServices/queues@2023-05-01' = {
+  parent: queueService
+  name: scanPoisonQueueName
 }
 
 // ---- Monitoring ------------------------------------------------------------------------
@@ -356,6 +369,10 @@ resource functionApp 'Microsoft.Web/sites@2024-04-01' = {
           value: applyQueueName
         }
         {
+          name: 'TABLE_CATALOG_SCAN_QUEUE'
+          value: scanQueueName
+        }
+        {
           name: 'TABLE_CATALOG_WAL_SHARDS'
           value: string(walShards)
         }
@@ -406,6 +423,8 @@ resource functionApp 'Microsoft.Web/sites@2024-04-01' = {
     walTable
     applyQueue
     poisonQueue
+    scanQueue
+    scanPoisonQueue
   ]
 }
 
@@ -417,3 +436,4 @@ output catalogTable string = catalogTable.name
 output walTable string = walTable.name
 output applyQueue string = applyQueue.name
 output poisonQueue string = poisonQueue.name
+output scanQueue string = scanQueue.name

@@ -173,6 +173,8 @@ impl Catalog {
         applier.init().await?;
         store.create_queue(&names.queue).await?;
         store.create_queue(&names.poison_queue).await?;
+        store.create_queue(&names.scan_queue).await?;
+        store.create_queue(&names.scan_poison_queue).await?;
         let work = Arc::new(tokio::sync::Notify::new());
         let hints = Hinter::new(store.clone(), names.queue.clone(), work.clone());
         Ok(Catalog { store, wal, applier, names, opts, work, hints, requests: None, apply_metrics: Default::default() })

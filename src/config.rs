@@ -194,9 +194,20 @@ impl Config {
         self
     }
 
-    /// The table and queue names.
+    /// The table and queue names. [`Error::Config`] when `TABLE_CATALOG_SCAN_QUEUE` is set
+    /// to anything but `{queue}-scan` (it exists only for the `scan` trigger's binding).
     pub fn names(&self) -> Result<Names> {
-        Names::new(&self.name, self.wal_name.as_deref(), self.queue.as_deref())
+        let names = Names::new(&self.name, self.wal_name.as_deref(), self.queue.as_deref())?;
+        if let Some(scan) = std::env::var(settings::SCAN_QUEUE).ok().filter(|v| !v.is_empty()) {
+            if scan.to_lowercase() != names.scan_queue {
+                return Err(Error::Config(format!(
+                    "{}: '{scan}' must be '{}' (the apply queue's name followed by '-scan')",
+                    settings::SCAN_QUEUE,
+                    names.scan_queue
+                )));
+            }
+        }
+        Ok(names)
     }
 
     /// Connects to the configured backend, wrapped in a [`CountingStore`] (two relaxed

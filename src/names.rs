@@ -20,10 +20,17 @@ pub struct Names {
     pub queue: String,
     /// Poison queue (`{queue}-poison`).
     pub poison_queue: String,
+    /// Queue of job work items (`{queue}-scan`; see [`crate::jobs`]).
+    pub scan_queue: String,
+    /// Its poison queue (`{queue}-scan-poison`).
+    pub scan_poison_queue: String,
     /// History table (`{table}history`), used when the catalog keeps history
     /// ([`crate::history`]); checked by [`Names::check_history_table`].
     pub history_table: String,
 }
+
+/// Suffix of the scan queue's name.
+pub const SCAN_SUFFIX: &str = "-scan";
 
 /// Checks an Azure table name: alphanumeric, 3-63 characters, starting with a letter.
 pub fn validate_table_name(setting: &str, name: &str) -> Result<()> {
@@ -37,14 +44,15 @@ pub fn validate_table_name(setting: &str, name: &str) -> Result<()> {
 }
 
 /// Checks an Azure queue name: lowercase letters, digits and single dashes, 3-63
-/// characters, starting and ending with a letter or digit. The poison queue adds 7.
+/// characters, starting and ending with a letter or digit. The scan queue's poison queue
+/// adds 12 (`-scan-poison`), so 51 is the longest usable name.
 pub fn validate_queue_name(setting: &str, name: &str) -> Result<()> {
-    // The poison queue name adds 7 characters, so 56 is the longest usable name.
-    if name.len() <= 56 && crate::store::check_queue_name(name).is_ok() {
+    const LONGEST: usize = 63 - SCAN_SUFFIX.len() - settings::POISON_SUFFIX.len();
+    if name.len() <= LONGEST && crate::store::check_queue_name(name).is_ok() {
         Ok(())
     } else {
         Err(Error::Config(format!(
-            "{setting}: '{name}' is not a valid queue name (lowercase letters, digits and single dashes, 3-56 characters so that '{name}{}' fits)",
+            "{setting}: '{name}' is not a valid queue name (lowercase letters, digits and single dashes, 3-{LONGEST} characters so that '{name}{SCAN_SUFFIX}{}' fits)",
             settings::POISON_SUFFIX
         )))
     }
@@ -65,8 +73,18 @@ impl Names {
         let queue = queue.map_or_else(|| format!("{}-apply", table.to_lowercase()), String::from);
         validate_queue_name(settings::QUEUE, &queue)?;
         let poison_queue = format!("{queue}{}", settings::POISON_SUFFIX);
+        let scan_queue = format!("{queue}{SCAN_SUFFIX}");
+        let scan_poison_queue = format!("{scan_queue}{}", settings::POISON_SUFFIX);
         let history_table = format!("{table}{HISTORY_SUFFIX}");
-        Ok(Names { table: table.to_string(), wal_table, queue, poison_queue, history_table })
+        Ok(Names {
+            table: table.to_string(),
+            wal_table,
+            queue,
+            poison_queue,
+            scan_queue,
+            scan_poison_queue,
+            history_table,
+        })
     }
 
     /// Checks the history table name (a catalog name of more than 56 characters leaves no

@@ -34,6 +34,34 @@ pub struct RepairReport {
     pub unrepairable: u64,
 }
 
+/// What [`apply_fix`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fixed {
+    /// Logged an upsert of the record's latest payload.
+    Upserted,
+    /// Logged a delete of the identity.
+    Deleted,
+    /// The catalog refuses the latest state as a write (logged as a warning); left alone.
+    Refused,
+}
+
+/// Logs one record's fix through the WAL (a normal write: fenced, ordered, applied by the
+/// appliers). Errors: storage failures; a write refused for its content is
+/// [`Fixed::Refused`], not an error.
+pub async fn apply_fix(catalog: &Catalog, fix: Fix) -> Result<Fixed> {
+    let written = match fix {
+        Fix::Upsert(record) => catalog.upsert(record, false).await.map(|_| Fixed::Upserted),
+        Fix::Delete(filter) => catalog.delete(filter, false).await.map(|_| Fixed::Deleted),
+    };
+    match written {
+        Err(e) if e.is_input_fault() => {
+            tracing::warn!(error = %e, "repair: the record's latest state cannot be written; left alone");
+            Ok(Fixed::Refused)
+        }
+        other => other,
+    }
+}
+
 /// Checks every row of the catalog table and logs one write per disagreeing record;
 /// `on_check` sees every row check (progress, findings output). Errors: storage failures of
 /// the scan and the checks, and WAL appends that fail for a reason other than the record
@@ -54,17 +82,10 @@ pub async fn repair(
             report.unrepairable += u64::from(matches!(f.kind, crate::verify::FindingKind::Unreadable { .. }));
         }
         let Some(fix) = check.record.and_then(|r| r.fix) else { continue };
-        let written = match fix {
-            Fix::Upsert(record) => catalog.upsert(record, false).await.map(|_| &mut report.upserts),
-            Fix::Delete(filter) => catalog.delete(filter, false).await.map(|_| &mut report.deletes),
-        };
-        match written {
-            Ok(counter) => *counter += 1,
-            Err(e) if e.is_input_fault() => {
-                tracing::warn!(error = %e, "repair: the record's latest state cannot be written; left alone");
-                report.unrepairable += 1;
-            }
-            Err(e) => return Err(e),
+        match apply_fix(catalog, fix).await? {
+            Fixed::Upserted => report.upserts += 1,
+            Fixed::Deleted => report.deletes += 1,
+            Fixed::Refused => report.unrepairable += 1,
         }
     }
     Ok(report)

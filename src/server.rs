@@ -17,6 +17,7 @@ use tokio::sync::watch;
 use crate::catalog::Catalog;
 use crate::dispatch::{Dispatcher, QueuePolicy, WorkerOptions};
 use crate::error::Result;
+use crate::jobs::JobHandler;
 
 /// Tunables of the in-process worker and sweeper. The queue policy (batch size, retries,
 /// poisoning) is not here: it is the app's `host.json`, as in the Functions app
@@ -30,6 +31,9 @@ pub struct ServeOptions {
     pub policy: QueuePolicy,
     /// Interval between sweeps.
     pub sweep_interval: Duration,
+    /// Job work items handled at once from the scan queue (0: none; the stand-in for the
+    /// Functions `scan` trigger, see [`crate::jobs`]).
+    pub scan_workers: usize,
 }
 
 impl Default for ServeOptions {
@@ -38,6 +42,7 @@ impl Default for ServeOptions {
             worker: WorkerOptions::default(),
             policy: QueuePolicy::host(),
             sweep_interval: Duration::from_secs(30),
+            scan_workers: 4,
         }
     }
 }
@@ -51,13 +56,18 @@ pub async fn serve(
 ) -> Result<()> {
     let (stop_tx, stop_rx) = watch::channel(false);
     let worker = tokio::spawn(run_worker(catalog.clone(), opts.clone(), stop_rx.clone()));
-    let sweeper = tokio::spawn(run_sweeper(catalog.clone(), opts.sweep_interval, stop_rx));
+    let sweeper = tokio::spawn(run_sweeper(catalog.clone(), opts.sweep_interval, stop_rx.clone()));
+    let scanner =
+        (opts.scan_workers > 0).then(|| tokio::spawn(run_scan_worker(catalog.clone(), opts.clone(), stop_rx)));
     let app = crate::http::router(catalog);
     let served = axum::serve(listener, app).with_graceful_shutdown(shutdown).await;
     tracing::info!("HTTP server stopped; finishing background work");
     let _ = stop_tx.send(true);
     let _ = worker.await;
     let _ = sweeper.await;
+    if let Some(scanner) = scanner {
+        let _ = scanner.await;
+    }
     served.map_err(|e| crate::Error::Config(format!("HTTP server failed: {e}")))
 }
 
@@ -86,6 +96,13 @@ pub async fn shutdown_signal() {
 /// flight are finished first.
 pub async fn run_worker(catalog: Arc<Catalog>, opts: ServeOptions, stop: watch::Receiver<bool>) {
     Arc::new(Dispatcher::apply(catalog).with_policy(opts.policy)).run(opts.worker, stop).await
+}
+
+/// Runs the scan queue's dispatcher (job work items, [`crate::jobs`]; the stand-in for the
+/// Functions `scan` trigger) with `opts.scan_workers` items at once, until stopped.
+pub async fn run_scan_worker(catalog: Arc<Catalog>, opts: ServeOptions, stop: watch::Receiver<bool>) {
+    let worker = WorkerOptions { concurrency: Some(opts.scan_workers.max(1)), ..opts.worker };
+    Arc::new(JobHandler::dispatcher(catalog).with_policy(opts.policy)).run(worker, stop).await
 }
 
 /// Sweeps every `interval` until stopped.

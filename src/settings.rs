@@ -26,6 +26,8 @@ pub const HASH_KEY: &str = "TABLE_CATALOG_HASH_KEY";
 pub const WAL_NAME: &str = "TABLE_CATALOG_WAL_NAME";
 /// Apply queue name setting (also the queue the `apply` function triggers on).
 pub const QUEUE: &str = "TABLE_CATALOG_QUEUE";
+/// Scan queue name setting (the queue the `scan` function triggers on; see [`crate::jobs`]).
+pub const SCAN_QUEUE: &str = "TABLE_CATALOG_SCAN_QUEUE";
 /// WAL shard count setting (see [`crate::wal::shard`]).
 pub const WAL_SHARDS: &str = "TABLE_CATALOG_WAL_SHARDS";
 /// History switch setting (see [`crate::history`]).
@@ -200,6 +202,16 @@ pub const SETTINGS: &[Setting] = &[
         functions_app: FunctionsApp::AppSetting,
     },
     Setting {
+        name: SCAN_QUEUE,
+        default: Some("{TABLE_CATALOG_QUEUE}-scan"),
+        description: "Scan queue: work items of jobs (verify, repair). Always `{queue}-scan`, \
+                      with the poison queue `{queue}-scan-poison`; any other value is refused. \
+                      The `scan` function's queue trigger names this setting \
+                      (`%TABLE_CATALOG_SCAN_QUEUE%`), so the Functions app must set it.",
+        used_in: UsedIn::Both,
+        functions_app: FunctionsApp::AppSetting,
+    },
+    Setting {
         name: WAL_SHARDS,
         default: Some("4"),
         description: "WAL shards new writes are spread over, 1-64: each has its own WAL \
@@ -370,7 +382,7 @@ fn resolve(name: &str, lookup: &dyn Fn(&str) -> Option<String>, depth: usize) ->
         Some(v) => v,
         None => expand(setting.default?, lookup, depth)?,
     };
-    Some(if name == QUEUE { value.to_lowercase() } else { value })
+    Some(if name == QUEUE || name == SCAN_QUEUE { value.to_lowercase() } else { value })
 }
 
 fn expand(template: &str, lookup: &dyn Fn(&str) -> Option<String>, depth: usize) -> Option<String> {

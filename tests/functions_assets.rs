@@ -14,7 +14,8 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 use table_catalog::functions::{
-    APPLY_BINDING, APPLY_FUNCTION, HANDLER_SUBCOMMAND, HTTP_ROUTE_PREFIX, SWEEP_BINDING, SWEEP_FUNCTION,
+    APPLY_BINDING, APPLY_FUNCTION, HANDLER_SUBCOMMAND, HTTP_ROUTE_PREFIX, SCAN_BINDING, SCAN_FUNCTION, SWEEP_BINDING,
+    SWEEP_FUNCTION,
 };
 use table_catalog::settings::{self, FunctionsApp, Setting, SETTINGS};
 
@@ -319,6 +320,10 @@ const HTTP_FUNCTIONS: &[(&str, &str, &[&str], &str)] = &[
     ("health", "health", &["get"], "anonymous"),
     ("status", "status", &["get"], "function"),
     ("metrics", "metrics", &["get"], "function"),
+    ("jobs", "jobs", &["get", "post"], "function"),
+    ("jobs_id", "jobs/{id}", &["get", "delete"], "function"),
+    ("jobs_findings", "jobs/{id}/findings", &["get"], "function"),
+    ("export", "export", &["get"], "function"),
 ];
 
 #[test]
@@ -326,6 +331,7 @@ fn function_folders_are_the_expected_set_with_valid_names() {
     let found: BTreeSet<String> = functions().into_keys().collect();
     let mut expected: BTreeSet<String> = HTTP_FUNCTIONS.iter().map(|f| f.0.to_string()).collect();
     expected.insert(APPLY_FUNCTION.to_string());
+    expected.insert(SCAN_FUNCTION.to_string());
     expected.insert(SWEEP_FUNCTION.to_string());
     assert_eq!(found, expected);
     for name in &found {
@@ -425,6 +431,20 @@ fn apply_function_triggers_on_the_apply_queue() {
 }
 
 #[test]
+fn scan_function_triggers_on_the_scan_queue() {
+    let fns = functions();
+    let all = bindings(&fns[SCAN_FUNCTION]);
+    assert_eq!(all.len(), 1, "scan has only its queue trigger");
+    let t = all[0];
+    assert_eq!(str_of(t, "type"), Some("queueTrigger"));
+    assert_eq!(str_of(t, "direction"), Some("in"));
+    assert_eq!(str_of(t, "name"), Some(SCAN_BINDING));
+    assert_eq!(str_of(t, "queueName").map(str::to_string), Some(format!("%{}%", settings::SCAN_QUEUE)));
+    assert_eq!(str_of(t, "connection").unwrap_or("AzureWebJobsStorage"), settings::WEBJOBS_STORAGE);
+    assert!(matches!(str_of(t, "dataType"), None | Some("string")), "scan: dataType must stay string");
+}
+
+#[test]
 fn sweep_function_is_a_timer_at_most_once_a_minute() {
     let fns = functions();
     let all = bindings(&fns[SWEEP_FUNCTION]);
@@ -449,7 +469,7 @@ fn sweep_function_is_a_timer_at_most_once_a_minute() {
 #[test]
 fn invocation_paths_do_not_collide_with_forwarded_routes() {
     // Non-HTTP functions are invoked at `/{name}`, forwarded HTTP requests keep `/api/...`.
-    for name in [APPLY_FUNCTION, SWEEP_FUNCTION] {
+    for name in [APPLY_FUNCTION, SCAN_FUNCTION, SWEEP_FUNCTION] {
         assert_ne!(name, HTTP_ROUTE_PREFIX);
     }
     assert!(!HTTP_ROUTE_PREFIX.is_empty(), "an empty route prefix would mix API and invocation paths");
@@ -634,7 +654,7 @@ fn bicep_names(
         params.insert("catalogName".to_string(), c.to_string());
     }
     let mut app = BTreeMap::new();
-    for name in [settings::NAME, settings::WAL_NAME, settings::QUEUE] {
+    for name in [settings::NAME, settings::WAL_NAME, settings::QUEUE, settings::SCAN_QUEUE] {
         let expr = b.setting_expr(name).unwrap_or_else(|| panic!("main.bicep does not set {name}"));
         app.insert(name, b.eval(expr, &params).unwrap_or_else(|| panic!("cannot evaluate {name}: {expr}")));
     }
@@ -659,12 +679,20 @@ fn bicep_names_agree_with_the_binary_defaults() {
         let want_tables: BTreeSet<String> = [binary(settings::NAME), binary(settings::WAL_NAME)].into();
         assert_eq!(tables, want_tables, "tables for catalog {name}");
         let queue = binary(settings::QUEUE);
-        let want_queues: BTreeSet<String> = [settings::poison_queue_name(&queue), queue].into();
+        let scan = binary(settings::SCAN_QUEUE);
+        assert_eq!(app[settings::SCAN_QUEUE], scan, "scan queue for catalog {name}");
+        let want_queues: BTreeSet<String> =
+            [settings::poison_queue_name(&queue), queue, settings::poison_queue_name(&scan), scan].into();
         assert_eq!(queues, want_queues, "queues for catalog {name}");
     }
     let (_, tables, queues) = bicep_names(&b, None);
     assert_eq!(tables, ["catalog", "catalogwal"].map(String::from).into());
-    assert_eq!(queues, ["catalog-apply", "catalog-apply-poison"].map(String::from).into());
+    assert_eq!(
+        queues,
+        ["catalog-apply", "catalog-apply-poison", "catalog-apply-scan", "catalog-apply-scan-poison"]
+            .map(String::from)
+            .into()
+    );
 }
 
 #[test]

@@ -499,3 +499,71 @@ async fn timer_sweeps_an_entry_whose_hint_was_lost() {
     assert!(h.bugs().is_empty(), "{:?}", h.bugs());
     h.stop().await;
 }
+
+/// (7) A verify job runs end to end through the `scan` queue function: started over HTTP, its
+/// work items delivered by the host to `POST /scan`, one of them delivered twice (its delete
+/// is lost), and its counts equal a serial verify's. A corrupted record (an index row deleted
+/// around the WAL) is its one finding.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_verify_job_runs_through_the_scan_function_with_a_redelivered_work_item() {
+    let Some(cs) = azurite() else { return };
+    let h = Harness::start(HarnessOptions::airports(&cs)).await;
+    let schema = common::airports_schema();
+    let rows = import::read_file(&common::airports_csv(), Format::Csv, &schema).unwrap();
+    let records: Vec<Record> = rows.into_iter().take(300).map(|(_, r)| r.expect("valid airport row")).collect();
+    let resp = h.client().post(h.url("/api/records/batch?wait=true")).json(&records).send().await.unwrap();
+    assert!(resp.status().is_success(), "{}", resp.text().await.unwrap_or_default());
+    h.wait_queue_drained(Duration::from_secs(120)).await;
+
+    let catalog = Config::new(h.catalog_name()).connection_string(cs.clone()).open().await.unwrap();
+    catalog.recover().await.unwrap();
+    let keys = catalog.schema().record_keys(&records[7]).unwrap();
+    let (_, pk) = keys.partitions.last().unwrap().clone();
+    catalog
+        .store()
+        .delete(&catalog.names().table, &pk, &keys.row_key, &table_catalog::store::IfMatch::Any)
+        .await
+        .unwrap();
+    let serial = table_catalog::verify::verify(catalog.store().as_ref(), &catalog.names().table, catalog.schema())
+        .await
+        .unwrap();
+    assert_eq!(serial.total_findings(), 1, "{:?}", serial.violations);
+
+    h.lose_next_deletes_of("scan", 1);
+    let resp = h
+        .client()
+        .post(h.url("/api/jobs"))
+        .json(&json!({"kind": "verify", "params": {"segment": 50}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 202);
+    let job: Value = resp.json().await.unwrap();
+    let id = job["id"].as_str().unwrap().to_string();
+    let deadline = Instant::now() + Duration::from_secs(180);
+    let done = loop {
+        let (s, body) = h.get_json(&format!("/api/jobs/{id}")).await;
+        assert_eq!(s, 200, "{body}");
+        if body["state"] != "running" && body["state"] != "queued" {
+            break body;
+        }
+        assert!(Instant::now() < deadline, "job not done: {body}\n{}", h.diagnostics());
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert_eq!(done["state"], "done", "{done}");
+    assert_eq!(done["counters"]["rows"].as_u64(), Some(serial.rows as u64), "{done}");
+    assert_eq!(done["counters"]["records"].as_u64(), Some(serial.records as u64), "{done}");
+    assert_eq!(done["counters"]["missing_row"].as_u64(), Some(1), "{done}");
+    assert!(done["steps_done"].as_u64().unwrap_or(0) > 1, "the scan split into several work items: {done}");
+
+    let scans: Vec<_> = h.invocations().into_iter().filter(|i| i.function == "scan").collect();
+    assert!(scans.iter().all(|i| i.succeeded()), "{}", h.diagnostics());
+    assert!(scans.iter().any(|i| i.dequeue_count == Some(2)), "a work item was redelivered: {}", h.diagnostics());
+    let findings = h.client().get(h.url(&format!("/api/jobs/{id}/findings"))).send().await.unwrap();
+    assert_eq!(findings.headers()["content-type"], "application/x-ndjson");
+    let text = findings.text().await.unwrap();
+    assert_eq!(text.lines().count(), 1, "{text}");
+    assert!(text.contains("missing_row") && text.contains(&pk), "{text}");
+    assert!(h.bugs().is_empty(), "{:?}", h.bugs());
+    h.stop().await;
+}

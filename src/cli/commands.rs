@@ -47,7 +47,7 @@ pub async fn run(cli: Cli) -> Result<ExitCode> {
     }
     let catalog = Arc::new(config.open().await.context("opening the catalog")?);
     match command {
-        Command::Serve { listen, import, sweep_interval } => {
+        Command::Serve { listen, import, sweep_interval, scan_workers, queue_lease } => {
             if let Some(file) = import {
                 import_file(&catalog, &file, None, import::DEFAULT_BATCH, false, Acks::Silent).await?;
             }
@@ -57,8 +57,15 @@ pub async fn run(cli: Cli) -> Result<ExitCode> {
             let names = catalog.names();
             tracing::info!(%address, table = %names.table, wal = %names.wal_table, queue = %names.queue, backend = ?config.backend, "serving");
             eprintln!("table-catalog listening on http://{address} (catalog '{}'); Ctrl-C to stop", names.table);
-            let opts =
-                ServeOptions { sweep_interval: Duration::from_secs(sweep_interval.max(1)), ..ServeOptions::default() };
+            let opts = ServeOptions {
+                sweep_interval: Duration::from_secs(sweep_interval.max(1)),
+                scan_workers,
+                worker: table_catalog::dispatch::WorkerOptions {
+                    lease: Duration::from_secs(queue_lease),
+                    ..Default::default()
+                },
+                ..ServeOptions::default()
+            };
             server::serve(catalog, listener, opts, server::shutdown_signal()).await?;
         }
         Command::Handler => {} // served above, before the catalog is opened
@@ -146,18 +153,20 @@ pub async fn run(cli: Cli) -> Result<ExitCode> {
             let applied = catalog.recover().await?;
             println!("{}", serde_json::json!({"redriven": moved, "applied": applied.applied()}));
         }
-        Command::Verify => {
-            let pending = catalog.status().await?.pending;
-            if pending > 0 {
-                eprintln!("warning: {pending} WAL entries are pending; run `recover` first for a meaningful check");
-            }
-            let report =
-                table_catalog::verify::verify(catalog.store().as_ref(), &catalog.names().table, catalog.schema())
-                    .await?;
-            println!("{}", serde_json::to_string(&report)?);
-            if !report.ok() {
-                return Ok(ExitCode::from(3));
-            }
+        Command::Verify(args) if args.parallel > 0 => {
+            return super::jobs::run_parallel(catalog, table_catalog::jobs::JobKind::Verify, &args).await
+        }
+        Command::Repair(args) if args.parallel > 0 => {
+            return super::jobs::run_parallel(catalog, table_catalog::jobs::JobKind::Repair, &args).await
+        }
+        Command::Verify(args) => return super::whole_table::verify(&catalog, &args).await,
+        Command::Repair(args) => return super::whole_table::repair(&catalog, &args).await,
+        Command::Jobs { action } => return super::jobs::run(catalog, action).await,
+        Command::Export { scan, .. } if scan.parallel > 0 => {
+            bail!("--parallel: export runs serially (use GET /api/export to stream it)")
+        }
+        Command::Export { output, scan } => {
+            return super::whole_table::export(&catalog, output.as_deref(), &scan).await
         }
         Command::Bench(_) => {} // run above, without a catalog
     }

@@ -3,6 +3,8 @@
 
 mod bench;
 mod commands;
+mod jobs;
+mod whole_table;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -94,6 +96,16 @@ fn parse_shards(value: &str) -> std::result::Result<u16, String> {
     table_catalog::wal::shard::check_count(settings::WAL_SHARDS, n).map_err(|e| e.to_string())
 }
 
+/// Parses a scan segment (1..=1000 entities per query), naming the flag and the limit on
+/// error.
+fn parse_segment(value: &str) -> std::result::Result<usize, String> {
+    let max = table_catalog::scan::MAX_SEGMENT;
+    match value.trim().parse::<usize>() {
+        Ok(n) if (1..=max).contains(&n) => Ok(n),
+        _ => Err(format!("--segment: '{value}' is not a number of entities per query (1..={max})")),
+    }
+}
+
 #[derive(Debug, Clone, Copy, ValueEnum)]
 pub enum DurabilityArg {
     Full,
@@ -115,6 +127,13 @@ pub enum Command {
         /// Seconds between sweeps.
         #[arg(long, default_value_t = 30)]
         sweep_interval: u64,
+        /// Job work items (verify, repair) handled at once from the scan queue; 0 = none.
+        #[arg(long, default_value_t = 4)]
+        scan_workers: usize,
+        /// Seconds a received queue message stays invisible while it is handled: after a
+        /// crash, its redelivery waits this long.
+        #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=3600))]
+        queue_lease: u64,
     },
     /// Run as an Azure Functions custom handler on 127.0.0.1:$FUNCTIONS_CUSTOMHANDLER_PORT.
     Handler,
@@ -191,8 +210,27 @@ pub enum Command {
     },
     /// Run one sweep and print its report (JSON).
     Sweep,
-    /// Walk the whole catalog table and check that every record's index rows agree.
-    Verify,
+    /// Walk the whole catalog table (prefix scan) and check that every record's index rows
+    /// agree: each finding as a JSON line on stdout, the counts as JSON on stderr; exit
+    /// status 3 when there are findings.
+    Verify(ScanArgs),
+    /// Re-log the latest state of every record `verify` finds disagreeing through the WAL
+    /// (never editing rows directly), then apply; prints what it did (JSON).
+    Repair(ScanArgs),
+    /// Write every live record once as JSON lines (readable by `import`).
+    Export {
+        /// Write to this file [default: stdout].
+        #[arg(long)]
+        output: Option<PathBuf>,
+        #[command(flatten)]
+        scan: ScanArgs,
+    },
+    /// Whole-table jobs (verify, repair) run by many workers: list, show, start, cancel,
+    /// resume, or work on one here.
+    Jobs {
+        #[command(subcommand)]
+        action: jobs::JobsAction,
+    },
     /// List the WAL's dead entries (entries that can never be applied), one JSON object per
     /// line with the reason each died.
     Dead {
@@ -210,6 +248,22 @@ pub enum Command {
     /// Benchmarks: lookups and writes against running servers, a simulated-Azure scale-out run
     /// (see docs/BENCHMARKS.md).
     Bench(bench::BenchArgs),
+}
+
+/// How a whole-table command walks the table.
+#[derive(Debug, Clone, Args)]
+pub struct ScanArgs {
+    /// Entities per scan query (1-1000).
+    #[arg(long, default_value_t = table_catalog::scan::MAX_SEGMENT, value_parser = parse_segment)]
+    pub segment: usize,
+    /// Rows checked at once (each reads at most one row per index field).
+    #[arg(long, default_value_t = 16)]
+    pub concurrency: usize,
+    /// Run as a job (the scan split into work items on the scan queue) with this many
+    /// workers in this process; other workers (`serve`, Functions) may join. 0: a serial
+    /// scan in this process. Not for `export`.
+    #[arg(long, default_value_t = 0)]
+    pub parallel: usize,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]

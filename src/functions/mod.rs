@@ -4,7 +4,7 @@
 //!
 //! - HTTP functions with only an `httpTrigger` input and an `http` output, which the host
 //!   forwards unchanged (`enableForwardingHttpRequest`) to the same axum routes `serve` uses;
-//! - [`APPLY_FUNCTION`] (queue trigger) and [`SWEEP_FUNCTION`] (timer trigger), which the host
+//! - [`APPLY_FUNCTION`] and [`SCAN_FUNCTION`] (queue triggers) and [`SWEEP_FUNCTION`] (timer trigger), which the host
 //!   invokes as `POST /{function name}` with a `{"Data", "Metadata"}` body ([`payload`]).
 //!
 //! The names below must match the function folders and their binding names;
@@ -19,6 +19,10 @@ pub use routes::handler_router;
 pub const APPLY_FUNCTION: &str = "apply";
 /// Binding name of the `apply` queue trigger (`Data.message` in the invocation).
 pub const APPLY_BINDING: &str = "message";
+/// Function (folder) name of the queue-triggered job worker; the host `POST`s `/scan`.
+pub const SCAN_FUNCTION: &str = "scan";
+/// Binding name of the `scan` queue trigger (`Data.item` in the invocation).
+pub const SCAN_BINDING: &str = "item";
 /// Function (folder) name of the timer-triggered sweeper; the host `POST`s `/sweep`.
 pub const SWEEP_FUNCTION: &str = "sweep";
 /// Binding name of the `sweep` timer trigger (`Data.timer` in the invocation).

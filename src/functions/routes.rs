@@ -1,5 +1,5 @@
 //! The invocation endpoints the Functions host calls for non-HTTP triggers:
-//! `POST /apply` (queue trigger) and `POST /sweep` (timer trigger), answered in the host's
+//! `POST /apply` and `POST /scan` (queue triggers) and `POST /sweep` (timer trigger), answered in the host's
 //! format ([`payload::InvocationResponse`], `application/json`).
 //!
 //! Failure semantics (docs/FUNCTIONS.md): a non-2xx answer fails the invocation, so the host
@@ -18,14 +18,16 @@ use axum::routing::post;
 use axum::Router;
 
 use super::payload::{self, InvocationResponse, RESPONSE_CONTENT_TYPE};
-use super::{APPLY_BINDING, APPLY_FUNCTION, SWEEP_BINDING, SWEEP_FUNCTION};
+use super::{APPLY_BINDING, APPLY_FUNCTION, SCAN_BINDING, SCAN_FUNCTION, SWEEP_BINDING, SWEEP_FUNCTION};
 use crate::catalog::Catalog;
 use crate::dispatch::{Delivery, Dispatcher, Disposition};
+use crate::jobs::JobHandler;
 
 /// `POST /apply` and `POST /sweep`.
 pub fn router(catalog: Arc<Catalog>) -> Router {
     Router::new()
         .route(&format!("/{APPLY_FUNCTION}"), post(apply))
+        .route(&format!("/{SCAN_FUNCTION}"), post(scan))
         .route(&format!("/{SWEEP_FUNCTION}"), post(sweep))
         .with_state(catalog)
 }
@@ -35,22 +37,32 @@ fn answer(status: StatusCode, body: InvocationResponse) -> Response {
 }
 
 async fn apply(State(catalog): State<Arc<Catalog>>, body: Bytes) -> Response {
-    let inv = match payload::parse_queue_invocation(&body, APPLY_BINDING) {
+    invoke(Dispatcher::apply(catalog.clone()), &body, APPLY_BINDING).await
+}
+
+async fn scan(State(catalog): State<Arc<Catalog>>, body: Bytes) -> Response {
+    invoke(JobHandler::dispatcher(catalog), &body, SCAN_BINDING).await
+}
+
+/// One queue-trigger invocation through `dispatcher`: 200 when done or poisoned by us, 500
+/// for the host to retry (and to poison after `maxDequeueCount`).
+async fn invoke(dispatcher: Dispatcher, body: &[u8], binding: &str) -> Response {
+    let inv = match payload::parse_queue_invocation(body, binding) {
         Ok(inv) => inv,
         Err(e) => {
-            tracing::error!(error = %e, "unusable apply invocation");
+            tracing::error!(error = %e, queue = dispatcher.queue(), "unusable queue invocation");
             return answer(StatusCode::BAD_REQUEST, InvocationResponse::new().with_log(e.to_string()));
         }
     };
     let delivery = Delivery { text: &inv.message, id: &inv.id, dequeue_count: inv.dequeue_count };
-    match Dispatcher::apply(catalog).invoke(delivery).await {
+    match dispatcher.invoke(delivery).await {
         Ok(Disposition::Done(line)) => answer(StatusCode::OK, InvocationResponse::new().with_log(line)),
         Ok(Disposition::Poisoned(reason)) => answer(
             StatusCode::OK,
             InvocationResponse::new().with_log(format!("message {} moved to the poison queue: {reason}", inv.id)),
         ),
         Ok(Disposition::Retry(e)) => {
-            tracing::warn!(message_id = %inv.id, dequeue_count = inv.dequeue_count, error = %e, "apply failed; the host will retry");
+            tracing::warn!(message_id = %inv.id, dequeue_count = inv.dequeue_count, error = %e, queue = dispatcher.queue(), "message failed; the host will retry");
             answer(StatusCode::INTERNAL_SERVER_ERROR, InvocationResponse::new().with_log(e))
         }
         Err(e) => {

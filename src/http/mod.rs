@@ -14,11 +14,13 @@
 //! | `POST /api/wal/dead/redrive[?id=ID]` | move one dead entry (or all) back to pending |
 //! | `GET /api/health`, `GET /api/status` | liveness; pending / oldest age / checkpoint / poison |
 //! | `GET /api/metrics` | operator metrics, Prometheus text ([`crate::metrics`]) |
+//! | `/api/jobs...`, `GET /api/export` | whole-table jobs and the export ([`jobs`]) |
 //!
 //! Errors are `{"error": {"code", "message"}}`: 400 bad input, 404, 409, 413 too large,
 //! 415 not JSON, 503 storage unavailable, 504 `wait` timed out (the write stays durable).
 
 pub mod error;
+pub mod jobs;
 
 use std::sync::Arc;
 
@@ -70,6 +72,7 @@ pub fn router(catalog: AppState) -> Router {
         .route("/api/health", get(|| async { Json(json!({"status": "ok"})) }))
         .route("/api/status", get(status))
         .route("/api/metrics", get(metrics))
+        .merge(jobs::routes())
         .with_state(catalog)
 }
 

@@ -5,12 +5,23 @@ use std::sync::Arc;
 use async_trait::async_trait;
 
 use super::{Jobs, WorkItem, VERSION};
-use crate::dispatch::{Delivery, Handled, Handler};
+use crate::catalog::Catalog;
+use crate::dispatch::{Delivery, Dispatcher, Handled, Handler};
 use crate::error::Result;
 
 /// Hands scan-queue messages to [`Jobs`].
 #[derive(Debug, Clone)]
 pub struct JobHandler(pub Arc<Jobs>);
+
+impl JobHandler {
+    /// The dispatcher of `catalog`'s scan queue (`{queue}-scan`, poison
+    /// `{queue}-scan-poison`), running the catalog's job kinds ([`Jobs::for_catalog`]).
+    pub fn dispatcher(catalog: Arc<Catalog>) -> Dispatcher {
+        let names = catalog.names().clone();
+        let handler = Arc::new(JobHandler(Arc::new(Jobs::for_catalog(catalog.clone()))));
+        Dispatcher::new(catalog.store().clone(), names.scan_queue, names.scan_poison_queue, handler)
+    }
+}
 
 fn parse(text: &str) -> std::result::Result<WorkItem, String> {
     let item: WorkItem = serde_json::from_str(text).map_err(|e| format!("work item: not a valid work item: {e}"))?;

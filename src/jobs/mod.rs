@@ -23,6 +23,7 @@
 //! of a running job (for an enqueue lost to a crash of the process that started it).
 
 pub mod handler;
+pub mod kinds;
 pub mod model;
 pub mod rows;
 pub mod runner;
@@ -123,6 +124,7 @@ impl Jobs {
             steps_done: 0,
             steps_pending: roots.len() as u64,
             created: model::now_rfc3339(),
+            started: None,
             finished: None,
             last_error: None,
         };
@@ -171,10 +173,7 @@ impl Jobs {
     pub async fn cancel(&self, id: &JobId) -> Result<Job> {
         let (job, _) = self.read(id).await?;
         if job.state.is_final() {
-            return Err(Error::Conflict(format!(
-                "job {id} is already {}",
-                serde_json::to_value(job.state).unwrap_or_default()
-            )));
+            return Err(Error::Conflict(format!("job {id} is already {}", job.state.name())));
         }
         self.transition(id, |j| (!j.state.is_final()).then_some(JobState::Cancelled), None).await
     }
@@ -215,7 +214,7 @@ impl Jobs {
             return Ok(format!("job {id} does not exist; work item dropped"));
         };
         if job.state.is_final() {
-            return Ok(format!("job {id} is {:?}; work item dropped", job.state));
+            return Ok(format!("job {id} is {}; work item dropped", job.state.name()));
         }
         let text = item.step.to_string();
         if !self.rows.is_todo(id, &text).await? {
@@ -279,6 +278,9 @@ impl Jobs {
             let (mut job, tag) = self.read(id).await?;
             let Some(state) = next(&job) else { return Ok(job) };
             job.state = state;
+            if state == JobState::Running {
+                job.started = Some(model::now_rfc3339());
+            }
             if let Some(e) = error {
                 job.last_error = Some(e.to_string());
             }

@@ -105,6 +105,17 @@ pub enum JobState {
 }
 
 impl JobState {
+    /// The state's name (`running`, ...), as serialised.
+    pub fn name(self) -> &'static str {
+        match self {
+            JobState::Queued => "queued",
+            JobState::Running => "running",
+            JobState::Done => "done",
+            JobState::Failed => "failed",
+            JobState::Cancelled => "cancelled",
+        }
+    }
+
     /// True for `done`, `failed` and `cancelled`.
     pub fn is_final(self) -> bool {
         matches!(self, JobState::Done | JobState::Failed | JobState::Cancelled)
@@ -131,6 +142,9 @@ pub struct Job {
     pub steps_pending: u64,
     /// When the job was created (RFC 3339, UTC).
     pub created: String,
+    /// When its first work items were on the queue.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started: Option<String>,
     /// When it reached a final state.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub finished: Option<String>,

@@ -231,7 +231,10 @@ pub struct Harness {
     pub http_records: Arc<Mutex<Vec<front::HttpRecord>>>,
     pub front_port: u16,
     pub handler: HandlerProcess,
+    /// The `apply` function's listener.
     listener: Arc<QueueListener>,
+    /// Every queue-triggered function's listener, by function name.
+    listeners: BTreeMap<String, Arc<QueueListener>>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
     proxy: Option<StorageProxy>,
     client: reqwest::Client,
@@ -269,6 +272,7 @@ impl Harness {
         env.insert(settings::NAME.into(), name.clone());
         env.insert(settings::WAL_NAME.into(), format!("{name}wal"));
         env.insert(settings::QUEUE.into(), format!("{}-apply", name.to_lowercase()));
+        env.insert(settings::SCAN_QUEUE.into(), format!("{}-apply-scan", name.to_lowercase()));
         env.insert(settings::INDEX_KEYS.into(), options.index_keys.clone());
         env.insert(settings::ROW_KEY.into(), options.row_key.clone());
         // Set by the host for the worker process (the ports below).
@@ -293,13 +297,6 @@ impl Harness {
             }
         };
 
-        let apply = app.only("queue");
-        let Trigger::Queue { binding, queue_name, connection, data_type } = &apply.trigger else { unreachable!() };
-        let queue =
-            resolve_setting_refs(queue_name, &env).unwrap_or_else(|e| panic!("{}: {e}", apply.name)).to_lowercase();
-        let host_cs =
-            env.get(connection).unwrap_or_else(|| panic!("{}: connection setting {connection} is not set", apply.name));
-        let store = Arc::new(AzureStore::from_connection_string(host_cs).expect("host storage connection string"));
         let shared = Arc::new(Shared::default());
         let mut queue_options = app.host.queues.clone();
         if let Some(v) = options.visibility_timeout {
@@ -311,18 +308,37 @@ impl Harness {
             .map(|t| t + Duration::from_secs(60))
             .unwrap_or(Duration::MAX)
             .min(options.invocation_timeout);
-        let listener = Arc::new(QueueListener::new(
-            store.clone(),
-            queue.clone(),
-            apply.name.clone(),
-            binding.clone(),
-            data_type.as_deref() == Some("binary"),
-            queue_options,
-            port,
-            invocation_timeout,
-            shared.clone(),
-            options.seed,
-        ));
+        // One listener per queue-triggered function, as the host runs them.
+        let mut listeners = BTreeMap::new();
+        let mut store = None;
+        for f in app.functions.iter().filter(|f| matches!(f.trigger, Trigger::Queue { .. })) {
+            let Trigger::Queue { binding, queue_name, connection, data_type } = &f.trigger else { unreachable!() };
+            let queue =
+                resolve_setting_refs(queue_name, &env).unwrap_or_else(|e| panic!("{}: {e}", f.name)).to_lowercase();
+            let host_cs =
+                env.get(connection).unwrap_or_else(|| panic!("{}: connection setting {connection} is not set", f.name));
+            let store = store
+                .get_or_insert_with(|| {
+                    Arc::new(AzureStore::from_connection_string(host_cs).expect("host storage connection string"))
+                })
+                .clone();
+            let listener = Arc::new(QueueListener::new(
+                store,
+                queue,
+                f.name.clone(),
+                binding.clone(),
+                data_type.as_deref() == Some("binary"),
+                queue_options.clone(),
+                port,
+                invocation_timeout,
+                shared.clone(),
+                options.seed,
+            ));
+            listeners.insert(f.name.clone(), listener);
+        }
+        let store = store.expect("the app has a queue-triggered function");
+        let listener = listeners.get("apply").expect("the app has the apply function").clone();
+        let queue = listener.queue.clone();
         let poison_queue = listener.poison_queue().expect("apply queue has a poison queue");
 
         let http_records = Arc::new(Mutex::new(Vec::new()));
@@ -335,7 +351,8 @@ impl Harness {
             records: http_records.clone(),
         });
         let (front_port, front_task) = front::start(front_state).await;
-        let listener_task = tokio::spawn(listener.clone().run());
+        let mut tasks = vec![front_task];
+        tasks.extend(listeners.values().map(|l| tokio::spawn(l.clone().run())));
 
         Harness {
             app,
@@ -349,7 +366,8 @@ impl Harness {
             front_port,
             handler,
             listener,
-            tasks: vec![front_task, listener_task],
+            listeners,
+            tasks,
             proxy,
             client,
         }
@@ -448,6 +466,20 @@ impl Harness {
         }
     }
 
+    /// Puts `json` on the queue of queue-triggered function `function`, base64 like every
+    /// producer; returns the message id.
+    pub async fn put_on(&self, function: &str, json: &str) -> String {
+        let queue = &self.listeners.get(function).unwrap_or_else(|| panic!("no queue function {function}")).queue;
+        let text = base64::engine::general_purpose::STANDARD.encode(json.as_bytes());
+        self.store.put_message(queue, &text, Duration::ZERO).await.expect("put_message")
+    }
+
+    /// Makes the next `n` message deletes of function `function`'s listener get lost.
+    pub fn lose_next_deletes_of(&self, function: &str, n: u32) {
+        let l = self.listeners.get(function).unwrap_or_else(|| panic!("no queue function {function}"));
+        l.lose_deletes.store(n as usize, Ordering::SeqCst);
+    }
+
     /// Fires the timer function once, as its schedule would now.
     pub async fn fire_timer(&self) -> Invocation {
         let f = self.app.only("timer");
@@ -529,7 +561,9 @@ impl Harness {
     /// Stops the listener, the front end and the handler, and deletes the catalog's tables
     /// and queues (best effort).
     pub async fn stop(mut self) {
-        self.listener.stop.store(true, Ordering::SeqCst);
+        for l in self.listeners.values() {
+            l.stop.store(true, Ordering::SeqCst);
+        }
         for t in &self.tasks {
             t.abort();
         }
@@ -538,15 +572,19 @@ impl Harness {
         for table in [name.clone(), format!("{name}wal")] {
             let _ = self.store.delete_table(&table).await;
         }
-        for q in [self.queue.clone(), self.poison_queue.clone()] {
-            let _ = self.store.delete_queue(&q).await;
+        for l in self.listeners.values() {
+            for q in [Some(l.queue.clone()), l.poison_queue()].into_iter().flatten() {
+                let _ = self.store.delete_queue(&q).await;
+            }
         }
     }
 }
 
 impl Drop for Harness {
     fn drop(&mut self) {
-        self.listener.stop.store(true, Ordering::SeqCst);
+        for l in self.listeners.values() {
+            l.stop.store(true, Ordering::SeqCst);
+        }
         for t in &self.tasks {
             t.abort();
         }

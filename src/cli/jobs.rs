@@ -1,0 +1,181 @@
+//! `table-catalog jobs ...`, and `verify` / `repair` with `--parallel N`: the same jobs the
+//! HTTP API and the Functions `scan` function run ([`table_catalog::jobs`]), with N workers
+//! in this process and a progress bar on stderr.
+
+use std::io::Write;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use clap::Subcommand;
+use futures::TryStreamExt;
+use indicatif::{ProgressBar, ProgressStyle};
+use serde_json::json;
+use table_catalog::catalog::Catalog;
+use table_catalog::jobs::{Job, JobId, JobKind, JobState, Jobs};
+use table_catalog::server::{self, ServeOptions};
+
+use super::ScanArgs;
+
+/// Exit status when a verify job has findings (as the serial `verify`).
+const FINDINGS_EXIT: u8 = 3;
+
+/// `jobs` subcommands.
+#[derive(Debug, Subcommand)]
+pub enum JobsAction {
+    /// Jobs, newest first, one JSON object per line.
+    List {
+        /// Most jobs to print.
+        #[arg(long, default_value_t = 20)]
+        limit: usize,
+    },
+    /// One job (JSON), with live totals while it runs.
+    Show {
+        /// The job id.
+        id: String,
+        /// Also print its findings, one JSON line each.
+        #[arg(long)]
+        findings: bool,
+    },
+    /// Cancel a job: its outstanding work items are dropped.
+    Cancel {
+        /// The job id.
+        id: String,
+    },
+    /// Start a job and print it; workers elsewhere (`serve`, the Functions app, `jobs work`)
+    /// run it.
+    Start {
+        /// `verify` or `repair`.
+        kind: String,
+        /// Entities per scan query (1-1000).
+        #[arg(long, default_value_t = table_catalog::scan::MAX_SEGMENT)]
+        segment: usize,
+    },
+    /// Re-enqueue the outstanding work items of a running job (after a lost enqueue).
+    Resume {
+        /// The job id.
+        id: String,
+    },
+    /// Run N workers on the scan queue in this process until the job is final.
+    Work {
+        /// The job to follow.
+        id: String,
+        /// Work items at once.
+        #[arg(long, default_value_t = 4)]
+        parallel: usize,
+    },
+}
+
+/// Runs a `jobs` subcommand.
+pub async fn run(catalog: Arc<Catalog>, action: JobsAction) -> Result<ExitCode> {
+    let jobs = Jobs::for_catalog(catalog.clone());
+    match action {
+        JobsAction::List { limit } => {
+            let page = jobs.list(limit, None).await?;
+            for job in page.jobs {
+                println!("{}", serde_json::to_string(&job)?);
+            }
+        }
+        JobsAction::Show { id, findings } => {
+            let id = JobId::parse(&id)?;
+            println!("{}", serde_json::to_string(&jobs.get(&id).await?)?);
+            if findings {
+                print_findings(&jobs, &id).await?;
+            }
+        }
+        JobsAction::Cancel { id } => println!("{}", serde_json::to_string(&jobs.cancel(&JobId::parse(&id)?).await?)?),
+        JobsAction::Start { kind, segment } => {
+            let job = jobs.start(JobKind::parse(&kind)?, json!({ "segment": segment })).await?;
+            println!("{}", serde_json::to_string(&job)?);
+        }
+        JobsAction::Resume { id } => {
+            let n = jobs.resume(&JobId::parse(&id)?).await?;
+            println!("{}", json!({ "requeued": n }));
+        }
+        JobsAction::Work { id, parallel } => {
+            let job = follow(&catalog, &jobs, &JobId::parse(&id)?, parallel).await?;
+            println!("{}", serde_json::to_string(&job)?);
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn print_findings(jobs: &Jobs, id: &JobId) -> Result<()> {
+    let mut out = std::io::stdout().lock();
+    let mut findings = jobs.findings(id);
+    while let Some(f) = findings.try_next().await? {
+        writeln!(out, "{f}").context("writing findings")?;
+    }
+    Ok(())
+}
+
+/// Runs `parallel` workers on the scan queue until job `id` is final, with a progress bar.
+async fn follow(catalog: &Arc<Catalog>, jobs: &Jobs, id: &JobId, parallel: usize) -> Result<Job> {
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let opts = ServeOptions { scan_workers: parallel.max(1), ..ServeOptions::default() };
+    let worker = tokio::spawn(server::run_scan_worker(catalog.clone(), opts, stop_rx));
+    let bar = ProgressBar::new_spinner();
+    bar.set_style(
+        ProgressStyle::with_template("{spinner} {msg} ({elapsed})")
+            .unwrap_or_else(|_| ProgressStyle::default_spinner()),
+    );
+    bar.enable_steady_tick(Duration::from_millis(200));
+    let started = std::time::Instant::now();
+    let job = loop {
+        let job = jobs.get(id).await?;
+        let rows = job.counters.get("rows").copied().unwrap_or(0);
+        let rate = rows as f64 / started.elapsed().as_secs_f64().max(0.001);
+        bar.set_message(format!(
+            "{} {}: {rows} rows, {} partitions, {} findings, {}/{} work items, {rate:.0} rows/s",
+            job.kind.name(),
+            job.id,
+            job.counters.get("partitions").copied().unwrap_or(0),
+            job.counters.get("findings").copied().unwrap_or(0),
+            job.steps_done,
+            job.steps_done + job.steps_pending,
+        ));
+        if job.state.is_final() {
+            break job;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    bar.finish_and_clear();
+    let _ = stop_tx.send(true);
+    let _ = worker.await;
+    Ok(job)
+}
+
+/// `verify` / `repair` as a job with `args.parallel` workers here: the same output as the
+/// serial commands (findings on stdout, counts on stderr, exit 3 with findings; repair
+/// applies and prints what it did).
+pub async fn run_parallel(catalog: Arc<Catalog>, kind: JobKind, args: &ScanArgs) -> Result<ExitCode> {
+    let jobs = Jobs::for_catalog(catalog.clone());
+    let job = jobs.start(kind, json!({ "segment": args.segment })).await?;
+    eprintln!("{} job {} started with {} workers here", kind.name(), job.id, args.parallel);
+    let job = follow(&catalog, &jobs, &job.id, args.parallel).await?;
+    if job.state != JobState::Done {
+        bail!(
+            "job {} ended {}: {}",
+            job.id,
+            job.state.name(),
+            job.last_error.as_deref().unwrap_or("no reason recorded")
+        );
+    }
+    match kind {
+        JobKind::Verify => {
+            print_findings(&jobs, &job.id).await?;
+            eprintln!("{}", serde_json::to_string(&job.counters)?);
+            let findings = job.counters.get("findings").copied().unwrap_or(0);
+            Ok(if findings == 0 { ExitCode::SUCCESS } else { ExitCode::from(FINDINGS_EXIT) })
+        }
+        JobKind::Repair => {
+            let applied = catalog.recover().await?.applied();
+            let mut out = serde_json::to_value(&job.counters)?;
+            out["applied"] = applied.into();
+            out["job"] = json!(job.id);
+            println!("{out}");
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
