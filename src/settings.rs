@@ -22,6 +22,8 @@ pub const HASHED_KEYS: &str = "TABLE_CATALOG_HASHED_KEYS";
 pub const REDACT_KEYS: &str = "TABLE_CATALOG_REDACT_KEYS";
 /// The HMAC secret of hashed index fields (never logged).
 pub const HASH_KEY: &str = "TABLE_CATALOG_HASH_KEY";
+/// The new HMAC secret of a `rebuild` job that rotates the key (never logged).
+pub const REBUILD_HASH_KEY: &str = "TABLE_CATALOG_REBUILD_HASH_KEY";
 /// WAL table name setting.
 pub const WAL_NAME: &str = "TABLE_CATALOG_WAL_NAME";
 /// Apply queue name setting (also the queue the `apply` function triggers on).
@@ -200,6 +202,16 @@ pub const SETTINGS: &[Setting] = &[
                       setting (`%TABLE_CATALOG_QUEUE%`), so the Functions app must set it.",
         used_in: UsedIn::Both,
         functions_app: FunctionsApp::AppSetting,
+    },
+    Setting {
+        name: REBUILD_HASH_KEY,
+        default: None,
+        description: "The new HMAC secret while a `rebuild` job rotates the key of hashed fields \
+                      (same format as `TABLE_CATALOG_HASH_KEY`). Set it on every process that \
+                      runs the job's work items for the duration of the rotation, then make it \
+                      the new catalog's `TABLE_CATALOG_HASH_KEY`. Unset: a rebuild keeps the key.",
+        used_in: UsedIn::Both,
+        functions_app: FunctionsApp::Unset,
     },
     Setting {
         name: SCAN_QUEUE,

@@ -162,6 +162,19 @@ pub async fn run(cli: Cli) -> Result<ExitCode> {
         Command::Verify(args) => return super::whole_table::verify(&catalog, &args).await,
         Command::Repair(args) => return super::whole_table::repair(&catalog, &args).await,
         Command::Jobs { action } => return super::jobs::run(catalog, action).await,
+        Command::Rebuild { into, new_row_key, new_index_keys, new_hashed_keys, new_redact, segment, parallel } => {
+            let mut params = serde_json::json!({ "into": into, "segment": segment });
+            let lists = [("index_keys", new_index_keys), ("hashed_keys", new_hashed_keys), ("redact_keys", new_redact)];
+            for (name, list) in lists {
+                if let Some(list) = list {
+                    params[name] = serde_json::json!(table_catalog::schema::Schema::parse_list(&list));
+                }
+            }
+            if let Some(f) = new_row_key {
+                params["row_key"] = serde_json::json!(f);
+            }
+            return super::jobs::rebuild(catalog, params, parallel).await;
+        }
         Command::Export { scan, .. } if scan.parallel > 0 => {
             bail!("--parallel: export runs serially (use GET /api/export to stream it)")
         }

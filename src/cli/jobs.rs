@@ -151,17 +151,7 @@ async fn follow(catalog: &Arc<Catalog>, jobs: &Jobs, id: &JobId, parallel: usize
 /// applies and prints what it did).
 pub async fn run_parallel(catalog: Arc<Catalog>, kind: JobKind, args: &ScanArgs) -> Result<ExitCode> {
     let jobs = Jobs::for_catalog(catalog.clone());
-    let job = jobs.start(kind, json!({ "segment": args.segment })).await?;
-    eprintln!("{} job {} started with {} workers here", kind.name(), job.id, args.parallel);
-    let job = follow(&catalog, &jobs, &job.id, args.parallel).await?;
-    if job.state != JobState::Done {
-        bail!(
-            "job {} ended {}: {}",
-            job.id,
-            job.state.name(),
-            job.last_error.as_deref().unwrap_or("no reason recorded")
-        );
-    }
+    let job = run_job(&catalog, &jobs, kind, json!({ "segment": args.segment }), args.parallel).await?;
     match kind {
         JobKind::Verify => {
             print_findings(&jobs, &job.id).await?;
@@ -169,7 +159,7 @@ pub async fn run_parallel(catalog: Arc<Catalog>, kind: JobKind, args: &ScanArgs)
             let findings = job.counters.get("findings").copied().unwrap_or(0);
             Ok(if findings == 0 { ExitCode::SUCCESS } else { ExitCode::from(FINDINGS_EXIT) })
         }
-        JobKind::Repair => {
+        JobKind::Repair | JobKind::Rebuild => {
             let applied = catalog.recover().await?.applied();
             let mut out = serde_json::to_value(&job.counters)?;
             out["applied"] = applied.into();
@@ -178,4 +168,48 @@ pub async fn run_parallel(catalog: Arc<Catalog>, kind: JobKind, args: &ScanArgs)
             Ok(ExitCode::SUCCESS)
         }
     }
+}
+
+/// Starts a job and runs it with `parallel` workers here until it is done.
+async fn run_job(
+    catalog: &Arc<Catalog>,
+    jobs: &Jobs,
+    kind: JobKind,
+    params: serde_json::Value,
+    parallel: usize,
+) -> Result<Job> {
+    let job = jobs.start(kind, params).await?;
+    eprintln!("{} job {} started with {} workers here", kind.name(), job.id, parallel.max(1));
+    let job = follow(catalog, jobs, &job.id, parallel).await?;
+    if job.state != JobState::Done {
+        bail!(
+            "job {} ended {}: {}",
+            job.id,
+            job.state.name(),
+            job.last_error.as_deref().unwrap_or("no reason recorded")
+        );
+    }
+    Ok(job)
+}
+
+/// `rebuild`: copies the catalog into `params.into` with the new schema as a job, applies the
+/// new catalog, verifies it and prints `{copied, refused, applied, verify}`; exit 3 when the
+/// new catalog does not verify clean.
+pub async fn rebuild(catalog: Arc<Catalog>, params: serde_json::Value, parallel: usize) -> Result<ExitCode> {
+    let jobs = Jobs::for_catalog(catalog.clone());
+    let job = run_job(&catalog, &jobs, JobKind::Rebuild, params.clone(), parallel).await?;
+    let target = table_catalog::jobs::rebuild::Rebuild::new(catalog.clone()).target(&params).await?;
+    let applied = target.recover().await?.applied();
+    let report = table_catalog::verify::verify(target.store().as_ref(), &target.names().table, target.schema()).await?;
+    let out = json!({
+        "job": job.id,
+        "into": target.names().table,
+        "rows_read": job.counters.get("rows"),
+        "copied": job.counters.get("records"),
+        "refused": job.counters.get("refused"),
+        "applied": applied,
+        "verify": report,
+    });
+    println!("{out}");
+    Ok(if report.ok() { ExitCode::SUCCESS } else { ExitCode::from(FINDINGS_EXIT) })
 }

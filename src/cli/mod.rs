@@ -225,6 +225,33 @@ pub enum Command {
         #[command(flatten)]
         scan: ScanArgs,
     },
+    /// Copy every record into a new catalog with another schema, as a job: change the row
+    /// key, index fields or hashed fields, or rotate the hash secret (set
+    /// TABLE_CATALOG_REBUILD_HASH_KEY); then apply and verify the new catalog (exit 3 when it
+    /// does not verify clean).
+    Rebuild {
+        /// Name of the new catalog.
+        #[arg(long)]
+        into: String,
+        /// The new row-key (sort) field [default: the current one].
+        #[arg(long = "new-row-key")]
+        new_row_key: Option<String>,
+        /// The new index fields, comma-separated [default: the current ones].
+        #[arg(long = "new-index-keys")]
+        new_index_keys: Option<String>,
+        /// The new hashed index fields, comma-separated [default: the current ones].
+        #[arg(long = "new-hashed-keys")]
+        new_hashed_keys: Option<String>,
+        /// The new redacted fields, comma-separated [default: the current ones].
+        #[arg(long = "new-redact")]
+        new_redact: Option<String>,
+        /// Entities per scan query (1-1000).
+        #[arg(long, default_value_t = table_catalog::scan::MAX_SEGMENT)]
+        segment: usize,
+        /// Workers in this process (serve and Functions workers may join).
+        #[arg(long, default_value_t = 4)]
+        parallel: usize,
+    },
     /// Whole-table jobs (verify, repair) run by many workers: list, show, start, cancel,
     /// resume, or work on one here.
     Jobs {

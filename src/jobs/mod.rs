@@ -25,6 +25,7 @@
 pub mod handler;
 pub mod kinds;
 pub mod model;
+pub mod rebuild;
 pub mod rows;
 pub mod runner;
 

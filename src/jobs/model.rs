@@ -64,17 +64,21 @@ pub enum JobKind {
     Verify,
     /// Verify, and re-log the latest state of every disagreeing record through the WAL.
     Repair,
+    /// Copy every live record into another catalog with another schema (row key, index
+    /// fields, hashed fields, hash secret): see [`super::rebuild`].
+    Rebuild,
 }
 
 impl JobKind {
     /// Every kind, for error messages.
-    pub const ALL: [JobKind; 2] = [JobKind::Verify, JobKind::Repair];
+    pub const ALL: [JobKind; 3] = [JobKind::Verify, JobKind::Repair, JobKind::Rebuild];
 
     /// The kind's name (`verify`, ...).
     pub fn name(self) -> &'static str {
         match self {
             JobKind::Verify => "verify",
             JobKind::Repair => "repair",
+            JobKind::Rebuild => "rebuild",
         }
     }
 
@@ -180,7 +184,7 @@ mod tests {
     fn kinds_and_states_serialise_lowercase() {
         assert_eq!(serde_json::to_string(&JobKind::Verify).unwrap(), "\"verify\"");
         assert_eq!(JobKind::parse("repair").unwrap(), JobKind::Repair);
-        assert!(JobKind::parse("vacuum").unwrap_err().to_string().contains("known: verify, repair"));
+        assert!(JobKind::parse("vacuum").unwrap_err().to_string().contains("known: verify, repair, rebuild"));
         assert_eq!(serde_json::to_string(&JobState::Cancelled).unwrap(), "\"cancelled\"");
         assert!(JobState::Done.is_final() && !JobState::Running.is_final());
     }
