@@ -17,6 +17,8 @@ use crate::apply::sweep::{age_ms, SweepReport};
 use crate::apply::{Applier, DrainOutcome};
 use crate::error::{Error, Result};
 use crate::hinter::Hinter;
+use crate::history::read::HistoryPage;
+use crate::history::HistoryOptions;
 use crate::messages::{self, Message};
 use crate::names::Names;
 use crate::query::{self, Filter, ResultPage};
@@ -38,6 +40,8 @@ pub struct CatalogOptions {
     /// Longest a consistent read ([`Catalog::query_consistent`]) applies pending entries
     /// before it gives up with [`Error::Busy`].
     pub consistent_timeout: Duration,
+    /// Record history: on or off, retention ([`crate::history`]).
+    pub history: HistoryOptions,
 }
 
 impl Default for CatalogOptions {
@@ -47,6 +51,7 @@ impl Default for CatalogOptions {
             wait_timeout: Duration::from_secs(30),
             sweep_apply_after: Duration::from_secs(30),
             consistent_timeout: Duration::from_secs(2),
+            history: HistoryOptions { enabled: crate::history::DEFAULT_ENABLED, ..HistoryOptions::default() },
         }
     }
 }
@@ -159,7 +164,12 @@ impl Catalog {
     pub async fn open(store: Arc<dyn Store>, names: Names, schema: Schema, opts: CatalogOptions) -> Result<Catalog> {
         let wal = Arc::new(Wal::new(store.clone(), names.wal_table.clone(), opts.wal.clone()));
         wal.init().await?;
-        let applier = Applier::new(wal.clone(), names.table.clone(), schema);
+        let mut applier = Applier::new(wal.clone(), names.table.clone(), schema);
+        if opts.history.enabled {
+            opts.history.validate()?;
+            names.check_history_table()?;
+            applier = applier.with_history(names.history_table.clone(), opts.history.clone());
+        }
         applier.init().await?;
         store.create_queue(&names.queue).await?;
         store.create_queue(&names.poison_queue).await?;
@@ -399,6 +409,35 @@ impl Catalog {
                 retry_after_secs: 1,
             }),
         }
+    }
+
+    /// The history of the records with `field` = `value`, newest first: at most `limit`
+    /// (1..=1,000) changes after `continuation` ([`crate::history::read`]). The value is
+    /// resolved to record identities through the index partition, live rows and tombstones,
+    /// so a deleted record's history is found while its tombstone exists (the sweeper
+    /// removes it after the grace period; from then on the deleted record, and its history,
+    /// are no longer found by its identifiers). Errors: history off ([`Error::NotFound`]),
+    /// `field` not an index field or an empty value ([`Error::Invalid`]), more than
+    /// [`crate::history::read::MAX_IDENTITIES`] records with that value.
+    pub async fn history(
+        &self,
+        field: &str,
+        value: &str,
+        limit: usize,
+        continuation: Option<&str>,
+    ) -> Result<HistoryPage> {
+        let Some(table) = self.applier.history_table() else {
+            return Err(Error::NotFound(format!(
+                "catalog '{}' keeps no history; set {}=on",
+                self.names.table,
+                crate::settings::HISTORY
+            )));
+        };
+        let filter = Filter::new(vec![(field.to_string(), value.to_string())]);
+        filter.validate(self.schema())?;
+        let pk = filter.partition_key(self.schema())?;
+        let identities = crate::history::read::identities(self.store.as_ref(), &self.names.table, &pk).await?;
+        crate::history::read::page(self.store.as_ref(), table, &identities, limit, continuation).await
     }
 
     /// Every record matching `filter`.

@@ -85,6 +85,26 @@ fn env(name: &str) -> Option<String> {
     std::env::var(name).ok().map(|v| v.trim().to_string()).filter(|v| !v.is_empty())
 }
 
+/// `TABLE_CATALOG_HISTORY`, `_DAYS` and `_MAX` over `defaults`. A value that does not parse
+/// keeps the default and is logged (the CLI parses the same settings itself and refuses bad
+/// values with the setting's name); a number out of range is refused when the catalog opens.
+fn history_from_env(defaults: crate::history::HistoryOptions) -> crate::history::HistoryOptions {
+    let mut h = defaults;
+    if let Some(v) = env(settings::HISTORY) {
+        match crate::history::parse_switch(settings::HISTORY, &v) {
+            Ok(on) => h.enabled = on,
+            Err(e) => tracing::warn!(error = %e, "ignored"),
+        }
+    }
+    for (name, slot) in [(settings::HISTORY_DAYS, &mut h.keep_days), (settings::HISTORY_MAX, &mut h.max_per_record)] {
+        if let Some(v) = env(name) {
+            // Unparsable: 0, which opening the catalog refuses naming the setting.
+            *slot = Some(v.parse().unwrap_or(0));
+        }
+    }
+    h
+}
+
 impl Config {
     /// A configuration for catalog `name` on the embedded store in `.table-catalog/`.
     pub fn new(name: &str) -> Config {
@@ -105,8 +125,9 @@ impl Config {
 
     /// Reads the environment: `TABLE_CATALOG_NAME` (default `catalog`),
     /// `TABLE_CATALOG_INDEX_KEYS`, `TABLE_CATALOG_ROW_KEY`, `TABLE_CATALOG_WAL_NAME`,
-    /// `TABLE_CATALOG_QUEUE`, `TABLE_CATALOG_WAL_SHARDS`, `TABLE_CATALOG_LOCAL_PATH`,
-    /// `TABLE_CATALOG_HASHED_KEYS`, `TABLE_CATALOG_REDACT_KEYS`, `TABLE_CATALOG_HASH_KEY`, and
+    /// `TABLE_CATALOG_QUEUE`, `TABLE_CATALOG_WAL_SHARDS`, `TABLE_CATALOG_HISTORY` (and its
+    /// `_DAYS`, `_MAX`), `TABLE_CATALOG_LOCAL_PATH`, `TABLE_CATALOG_HASHED_KEYS`,
+    /// `TABLE_CATALOG_REDACT_KEYS`, `TABLE_CATALOG_HASH_KEY`, and
     /// `AZURE_STORAGE_CONNECTION_STRING` falling back to `AzureWebJobsStorage`, then the
     /// identity-based `AzureWebJobsStorage__accountName`/`__tableServiceUri` (when none is
     /// set, the embedded store is used).
@@ -124,6 +145,7 @@ impl Config {
             // setting's name and the limit.
             c.options.wal.shards = v.parse().unwrap_or(0);
         }
+        c.options.history = history_from_env(c.options.history);
         c.backend = match env(settings::CONNECTION_STRING).or_else(|| env(settings::WEBJOBS_STORAGE)) {
             Some(cs) => Backend::Azure(cs),
             None if identity::is_configured(env) => Backend::AzureIdentity,
@@ -276,6 +298,12 @@ mod tests {
         assert!(Names::new("cat", Some("cat_WAL"), None).unwrap_err().to_string().contains("TABLE_CATALOG_WAL_NAME"));
         assert!(Names::new("cat", None, Some("Bad_Queue")).unwrap_err().to_string().contains("TABLE_CATALOG_QUEUE"));
         assert!(Names::new("cat", Some("CAT"), None).is_err());
+        assert_eq!(n.history_table, "Airportshistory");
+        assert!(n.check_history_table().is_ok());
+        let long = Names::new(&"a".repeat(57), Some("w57"), Some("q57")).unwrap();
+        let err = long.check_history_table().unwrap_err().to_string();
+        assert!(err.contains("TABLE_CATALOG_NAME") && err.contains("56"), "{err}");
+        assert!(Names::new(&"a".repeat(56), Some("w56"), Some("q56")).unwrap().check_history_table().is_ok());
     }
 
     #[test]

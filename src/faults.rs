@@ -1,7 +1,9 @@
 //! Named crash points on the write and apply paths, for the reliability tests.
 //!
 //! Each call site names a step (`before_clock_publish`, `after_wal_write`, `before_enqueue`, `after_fanout_row`,
-//! `barrier_wait`, `before_checkpoint`, `before_remove_applied`). `barrier_wait` is passed each
+//! `before_history_write`, `after_history_write`, `barrier_wait`, `before_checkpoint`,
+//! `before_remove_applied`). The two history points are passed only by a catalog that keeps
+//! history ([`crate::history`]): after a change's catalog rows, and after its history rows. `barrier_wait` is passed each
 //! time a replace or delete by filter finds another shard behind its id and waits at the
 //! low-watermark barrier ([`crate::apply::barrier`]). Without the `fault-injection` feature,
 //! [`point`] is an inlined `Ok(())` and costs nothing. With it, a test can install a hook that
@@ -15,6 +17,8 @@ pub const POINTS: &[&str] = &[
     "after_wal_write",
     "before_enqueue",
     "after_fanout_row",
+    "before_history_write",
+    "after_history_write",
     "barrier_wait",
     "before_checkpoint",
     "before_remove_applied",

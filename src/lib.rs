@@ -18,6 +18,7 @@ pub mod config;
 pub mod dispatch;
 pub mod faults;
 pub mod hinter;
+pub mod history;
 pub mod messages;
 pub mod metrics;
 pub mod names;

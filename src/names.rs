@@ -6,6 +6,9 @@
 use crate::error::{Error, Result};
 use crate::settings;
 
+/// Suffix of the history table name.
+pub const HISTORY_SUFFIX: &str = "history";
+
 /// Table and queue names of one catalog.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Names {
@@ -21,6 +24,9 @@ pub struct Names {
     pub scan_queue: String,
     /// Its poison queue (`{queue}-scan-poison`).
     pub scan_poison_queue: String,
+    /// History table (`{table}history`), used when the catalog keeps history
+    /// ([`crate::history`]); checked by [`Names::check_history_table`].
+    pub history_table: String,
 }
 
 /// Suffix of the scan queue's name.
@@ -69,6 +75,30 @@ impl Names {
         let poison_queue = format!("{queue}{}", settings::POISON_SUFFIX);
         let scan_queue = format!("{queue}{SCAN_SUFFIX}");
         let scan_poison_queue = format!("{scan_queue}{}", settings::POISON_SUFFIX);
-        Ok(Names { table: table.to_string(), wal_table, queue, poison_queue, scan_queue, scan_poison_queue })
+        let history_table = format!("{table}{HISTORY_SUFFIX}");
+        Ok(Names {
+            table: table.to_string(),
+            wal_table,
+            queue,
+            poison_queue,
+            scan_queue,
+            scan_poison_queue,
+            history_table,
+        })
+    }
+
+    /// Checks the history table name (a catalog name of more than 56 characters leaves no
+    /// room for the suffix). Only a catalog that keeps history needs it.
+    pub fn check_history_table(&self) -> Result<()> {
+        if crate::store::check_table_name(&self.history_table).is_ok() {
+            return Ok(());
+        }
+        Err(Error::Config(format!(
+            "{}: '{}' is too long for history: the history table '{}' must be at most 63 characters (catalog names up to {} characters)",
+            settings::NAME,
+            self.table,
+            self.history_table,
+            63 - HISTORY_SUFFIX.len()
+        )))
     }
 }

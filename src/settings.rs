@@ -32,6 +32,12 @@ pub const QUEUE: &str = "TABLE_CATALOG_QUEUE";
 pub const SCAN_QUEUE: &str = "TABLE_CATALOG_SCAN_QUEUE";
 /// WAL shard count setting (see [`crate::wal::shard`]).
 pub const WAL_SHARDS: &str = "TABLE_CATALOG_WAL_SHARDS";
+/// History switch setting (see [`crate::history`]).
+pub const HISTORY: &str = "TABLE_CATALOG_HISTORY";
+/// History retention in days setting.
+pub const HISTORY_DAYS: &str = "TABLE_CATALOG_HISTORY_DAYS";
+/// History retention in rows per record setting.
+pub const HISTORY_MAX: &str = "TABLE_CATALOG_HISTORY_MAX";
 /// Embedded-store folder setting.
 pub const LOCAL_PATH: &str = "TABLE_CATALOG_LOCAL_PATH";
 /// `serve` listen address setting.
@@ -227,6 +233,35 @@ pub const SETTINGS: &[Setting] = &[
                       800 writes/s on Azure; raise it to 8 or 16 above (docs/BENCHMARKS.md).",
         used_in: UsedIn::Both,
         functions_app: FunctionsApp::AppSetting,
+    },
+    Setting {
+        name: HISTORY,
+        default: Some("off"),
+        description: "`on` records every applied change in the table `{TABLE_CATALOG_NAME}history`, \
+                      one row per record and change, newest first (`GET /api/records/history`, \
+                      `table-catalog history`). Off by default: it costs one more storage \
+                      request per record written and keeps past versions of records, deleted \
+                      ones included, until retention removes them. Turning it on records \
+                      changes applied from then on.",
+        used_in: UsedIn::Both,
+        functions_app: FunctionsApp::Unset,
+    },
+    Setting {
+        name: HISTORY_DAYS,
+        default: None,
+        description: "History retention: rows older than this many days (1-36500) are removed \
+                      when their record changes again. Unset: kept.",
+        used_in: UsedIn::Both,
+        functions_app: FunctionsApp::Unset,
+    },
+    Setting {
+        name: HISTORY_MAX,
+        default: None,
+        description: "History retention: keep about this many rows per record (1-1000000); a \
+                      record's history is trimmed back to it when a change finds more than \
+                      this plus a tenth. Unset: kept.",
+        used_in: UsedIn::Both,
+        functions_app: FunctionsApp::Unset,
     },
     Setting {
         name: LOCAL_PATH,

@@ -13,8 +13,11 @@
 //!   random part that the seed does not fix.
 //! - **Abort at the k-th hit of a named crash point** (`TABLE_CATALOG_CRASH_AT=name:k`, see
 //!   `src/faults.rs`; k from the seed): `before_clock_publish` and `after_wal_write` on the
-//!   write path (while logging), `after_fanout_row`, `before_remove_applied` and
-//!   `before_checkpoint` on the apply path (while applying).
+//!   write path (while logging), `after_fanout_row`, `before_history_write`,
+//!   `after_history_write`, `before_remove_applied` and `before_checkpoint` on the apply path
+//!   (while applying). The importers keep record history (`--history on`); at the end, every
+//!   record's current row must have its history row (same WAL id, same record), so no kill
+//!   between the catalog rows and the history write loses the history of a change.
 //!
 //! Round k imports the airports with a field `round = k`, so a later round overwrites the
 //! earlier payloads: a record whose round-k write was acknowledged must end with a round >= k
@@ -40,12 +43,14 @@ use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 use serde_json::json;
 use table_catalog::config::Config;
+use table_catalog::history::{HistoryEntry, HistoryOptions};
 use table_catalog::import::{read_file, Format};
 use table_catalog::query::Filter;
-use table_catalog::record::Record;
+use table_catalog::record::{Record, RowMeta};
 use table_catalog::store::local::Durability;
+use table_catalog::wal::WalId;
 
-const KILLS: usize = 22;
+const KILLS: usize = 26;
 const AIRPORTS: usize = 2_000;
 const BATCH: usize = 50;
 const BATCHES: usize = AIRPORTS / BATCH;
@@ -61,7 +66,8 @@ const SIGABRT: i32 = 6;
 // (`before_enqueue` is not among them: the hint is sent after the acknowledgement by a
 // background task, coalesced, so it is not hit once per batch.)
 const WRITE_POINTS: [&str; 2] = ["before_clock_publish", "after_wal_write"];
-const APPLY_POINTS: [&str; 3] = ["after_fanout_row", "before_remove_applied", "before_checkpoint"];
+const APPLY_POINTS: [&str; 5] =
+    ["after_fanout_row", "before_history_write", "after_history_write", "before_remove_applied", "before_checkpoint"];
 
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum Kill {
@@ -84,7 +90,8 @@ impl Kill {
 /// A fixed mix of kills in seeded order, at seeded positions: 10 SIGKILLs after N
 /// acknowledgements (one of them past the half of the file, so that the records the last
 /// round leaves alone were acknowledged by a killed round), 2 aborts at each write-path
-/// point, 4 at `after_fanout_row` and 2 at each apply-group point.
+/// point, 4 at `after_fanout_row` and 2 at each apply-group point (the two history points
+/// included).
 ///
 /// Every position is reached in a round: a write-path point is hit once per batch; a row
 /// write at least once per record (k <= AIRPORTS / 2); a group point at least once per 64
@@ -105,8 +112,8 @@ fn schedule(rng: &mut StdRng) -> Vec<Kill> {
 }
 
 /// The catalog flags every run uses. A short lease: a killed importer's lease expires
-/// quickly, so the next one takes over.
-const ARGS: [&str; 10] = [
+/// quickly, so the next one takes over. History on: the apply path passes the history points.
+const ARGS: [&str; 12] = [
     "--name",
     "kill",
     "--index-keys",
@@ -117,6 +124,8 @@ const ARGS: [&str; 10] = [
     "process",
     "--lease-secs",
     "2",
+    "--history",
+    "on",
 ];
 
 fn bin(store: &Path) -> Command {
@@ -261,7 +270,7 @@ fn sigkill_during_import_loses_no_acknowledged_write() {
     let logging = kills.iter().filter(|k| k.while_logging()).count();
     let applying = kills.iter().filter(|k| k.while_applying()).count();
     let sigkills = kills.iter().filter(|k| matches!(k, Kill::AfterAcks(_))).count();
-    assert_eq!((logging, applying, sigkills), (14, 8, 10), "seed {seed}: {kills:?}");
+    assert_eq!((logging, applying, sigkills), (14, 12, 10), "seed {seed}: {kills:?}");
     // Shown in every run (written past the test harness's output capture).
     let _ = writeln!(
         std::io::stderr(),
@@ -297,8 +306,29 @@ fn sigkill_during_import_loses_no_acknowledged_write() {
 async fn check_acknowledged(store: &Path, airports: &[Record], acked: &[usize], seed: u64) -> usize {
     let mut cfg = Config::new("kill").index_keys(["icao", "iata", "lid"]).row_key("name").local_path(store);
     cfg.durability = Durability::Process;
+    cfg.options.history = HistoryOptions::on();
     let catalog = cfg.open().await.unwrap();
     assert_eq!(catalog.status().await.unwrap().pending, 0, "seed {seed}");
+    // History: the change that wrote each record's current rows has its history row.
+    let history = catalog.applier().history_table().unwrap().to_string();
+    let rows = table_catalog::verify::scan_all(catalog.store().as_ref(), &catalog.names().table).await.unwrap();
+    let mut identities = std::collections::BTreeSet::new();
+    for row in &rows {
+        let Some(record) = table_catalog::record::from_entity(row) else { continue };
+        if !identities.insert(row.row_key.clone()) {
+            continue;
+        }
+        let id = WalId::from_stored(RowMeta::of(row).wal_id);
+        let stored = catalog.store().get(&history, &row.row_key, &table_catalog::history::row_key(&id)).await.unwrap();
+        let entry = stored.map(|e| HistoryEntry::from_entity(&e).unwrap());
+        assert_eq!(
+            entry.and_then(|e| e.record),
+            Some(record),
+            "seed {seed}: {}: no history row for the change {id} that wrote it",
+            row.row_key
+        );
+    }
+    assert!(identities.len() >= LAST_ROUND_ROWS, "seed {seed}: {} records", identities.len());
     let mut checked = 0;
     for (i, a) in airports.iter().enumerate() {
         let Some(latest_acked) = (0..acked.len()).filter(|k| i < acked[*k]).max() else {

@@ -71,6 +71,8 @@ fn options() -> CatalogOptions {
     let mut o = CatalogOptions::default();
     o.wal.lease_duration = Duration::from_millis(300);
     o.wal.shards = 4; // filter entries (shard 0) then wait at the barrier for other shards
+                      // History on, so the apply path also passes `before_history_write` and `after_history_write`.
+    o.history = table_catalog::history::HistoryOptions::on();
     o
 }
 

@@ -313,6 +313,7 @@ fn host_json_queue_settings_are_deliberate() {
 const HTTP_FUNCTIONS: &[(&str, &str, &[&str], &str)] = &[
     ("records", "records", &["get", "post", "put", "delete"], "function"),
     ("records_batch", "records/batch", &["post"], "function"),
+    ("records_history", "records/history", &["get"], "function"),
     ("wal", "wal/{id}", &["get"], "function"),
     ("wal_dead", "wal/dead", &["get"], "function"),
     ("wal_redrive", "wal/dead/redrive", &["post"], "function"),

@@ -13,6 +13,7 @@ use futures::{StreamExt, TryStreamExt};
 use super::Applier;
 use crate::error::{Error, Result};
 use crate::faults;
+use crate::history::{Change, ChangeOp};
 use crate::record::{self, Record, RowMeta};
 use crate::store::{Entity, IfMatch, StoreError};
 use crate::wal::id::now_micros;
@@ -27,16 +28,27 @@ pub(crate) enum RowWrite<'a> {
 
 impl Applier {
     /// A run of upserts: the last write of each row wins, rows written concurrently.
+    /// Each upsert of the run then gets its own history row (not only the last of each
+    /// record), so the history shows every change.
     pub(crate) async fn apply_upserts(&self, group: &[WalEntry]) -> Result<()> {
         let mut rows: BTreeMap<(String, String), (&WalId, &Record)> = BTreeMap::new();
+        let mut changes = Vec::with_capacity(group.len());
         for entry in group {
             let Op::Upsert { record } = &entry.op else { continue };
             let keys = self.schema.record_keys(record)?;
             for (_, pk) in keys.partitions {
                 rows.insert((pk, keys.row_key.clone()), (&entry.id, record));
             }
+            changes.push(Change {
+                identity: keys.row_key,
+                op: ChangeOp::Upsert,
+                wal_id: &entry.id,
+                record: Some(record),
+            });
         }
-        self.write_rows(rows.into_iter().map(|((pk, rk), (id, rec))| (pk, rk, id, RowWrite::Live(rec))).collect()).await
+        self.write_rows(rows.into_iter().map(|((pk, rk), (id, rec))| (pk, rk, id, RowWrite::Live(rec))).collect())
+            .await?;
+        self.record_history(changes).await
     }
 
     pub(crate) async fn write_rows(&self, rows: Vec<(String, String, &WalId, RowWrite<'_>)>) -> Result<()> {

@@ -11,6 +11,7 @@ use futures::{StreamExt, TryStreamExt};
 use super::fanout::RowWrite;
 use super::Applier;
 use crate::error::Result;
+use crate::history::{Change, ChangeOp};
 use crate::query::Filter;
 use crate::record::{self, Record, RowMeta};
 use crate::store::{pager, BatchOp, Entity, Value, MAX_BATCH_OPS, MAX_PAGE};
@@ -26,7 +27,9 @@ impl Applier {
             Op::Delete { filter } => (filter, None),
             Op::Upsert { .. } => return self.apply_upserts(std::slice::from_ref(entry)).await,
         };
+        let op = ChangeOp::of(&entry.op);
         let new_keys = new_record.map(|r| self.schema.record_keys(r)).transpose()?;
+        let new_identity = new_keys.as_ref().map(|k| &k.row_key);
         let new_rows: BTreeSet<(String, String)> =
             new_keys.iter().flat_map(|k| k.partitions.iter().map(|(_, pk)| (pk.clone(), k.row_key.clone()))).collect();
         let pk = filter.partition_key(&self.schema)?;
@@ -35,7 +38,12 @@ impl Applier {
             .flat_map(|range| pager::pages(self.store.as_ref(), &self.catalog_table, &pk, range, MAX_PAGE));
         while let Some(page) = pages.try_next().await? {
             let mut doomed: BTreeMap<(String, String), Record> = BTreeMap::new();
-            for (row_key, rec) in self.matches(filter, &entry.id, &page.entities) {
+            // Identities whose matched row a later entry wrote (applied before this one).
+            let mut newer: BTreeSet<String> = BTreeSet::new();
+            for (row_key, rec, later) in self.matches(filter, &entry.id, &page.entities) {
+                if later {
+                    newer.insert(row_key.clone());
+                }
                 let rows = match self.schema.record_keys(&rec) {
                     Ok(k) => k.partitions.into_iter().map(|(_, pk)| (pk, k.row_key.clone())).collect(),
                     // A row another client wrote that our schema cannot key: remove the row found.
@@ -56,19 +64,35 @@ impl Applier {
                 .map(|((pk, rk), rec)| (pk.clone(), rk.clone(), &entry.id, RowWrite::Tombstone(rec)))
                 .collect();
             self.write_rows(writes).await?;
+            // One history row per identity removed (the new record's own identity, when the
+            // filter matched it, gets the row below instead).
+            let removed: BTreeSet<&String> =
+                doomed.keys().map(|(_, rk)| rk).filter(|rk| Some(*rk) != new_identity).collect();
+            let mut changes = Vec::with_capacity(removed.len());
+            for rk in removed {
+                // A row a later entry wrote was removed by this one only if the record existed
+                // before this entry in id order (else the later entry created it).
+                if !newer.contains(rk) || self.existed_before(rk, &entry.id).await? {
+                    changes.push(Change { identity: rk.clone(), op, wal_id: &entry.id, record: None });
+                }
+            }
+            self.record_history(changes).await?;
         }
-        if let Some(record) = new_record {
+        if let (Some(record), Some(identity)) = (new_record, new_identity) {
             let writes =
                 new_rows.iter().map(|(pk, rk)| (pk.clone(), rk.clone(), &entry.id, RowWrite::Live(record))).collect();
             self.write_rows(writes).await?;
+            let change = Change { identity: identity.clone(), op, wal_id: &entry.id, record: Some(record) };
+            self.record_history(vec![change]).await?;
         }
         Ok(())
     }
 
     /// The records of one page of the filter's partition that the filter addresses for
     /// entry `id`: live matching rows, plus rows this same entry already turned into
-    /// tombstones (a re-application after a crash). Returns (RowKey, record).
-    fn matches(&self, filter: &Filter, id: &WalId, entities: &[Entity]) -> Vec<(String, Record)> {
+    /// tombstones (a re-application after a crash). Returns (RowKey, record, whether the row
+    /// was written by an entry with a larger id than `id`).
+    fn matches(&self, filter: &Filter, id: &WalId, entities: &[Entity]) -> Vec<(String, Record, bool)> {
         let mut out = Vec::new();
         for e in entities {
             let meta = RowMeta::of(e);
@@ -77,7 +101,7 @@ impl Applier {
             }
             let rec = record::payload(e, &meta);
             if filter.matches(&self.schema, &rec) {
-                out.push((e.row_key.clone(), rec));
+                out.push((e.row_key.clone(), rec, meta.wal_id.as_str() > id.as_str()));
             }
         }
         out

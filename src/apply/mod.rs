@@ -25,6 +25,7 @@ pub mod catch_up;
 pub mod dead;
 pub mod fanout;
 pub mod filter;
+pub mod history;
 pub mod row_cache;
 pub mod sweep;
 
@@ -37,7 +38,7 @@ use futures::StreamExt;
 use crate::error::{Error, Result};
 use crate::faults;
 use crate::schema::Schema;
-use crate::store::{pager, BatchOp, Entity, IfMatch, RowRange, Store, StoreError, Value, MAX_BATCH_OPS};
+use crate::store::{bulk_delete, pager, Entity, IfMatch, RowRange, Store, StoreError, Value};
 use crate::wal::lease::Lease;
 use crate::wal::schema_row;
 use crate::wal::{
@@ -120,6 +121,8 @@ pub struct Applier {
     pub(crate) rows: row_cache::RowCache,
     /// Whether unseen rows tend to exist (picks insert-first or read-first).
     pub(crate) existence: row_cache::Existence,
+    /// Where history rows go, when the catalog keeps history ([`history`]).
+    pub(crate) history: Option<history::HistoryTarget>,
 }
 
 impl std::fmt::Debug for Applier {
@@ -142,7 +145,20 @@ impl Applier {
             locks,
             rows: row_cache::RowCache::default(),
             existence: row_cache::Existence::default(),
+            history: None,
         }
+    }
+
+    /// Also records every applied change in the history table `table` (builder style; call
+    /// before [`Applier::init`], which creates the table).
+    pub fn with_history(mut self, table: String, opts: crate::history::HistoryOptions) -> Applier {
+        self.history = Some(history::HistoryTarget { table, opts });
+        self
+    }
+
+    /// The history table, when the catalog keeps history.
+    pub fn history_table(&self) -> Option<&str> {
+        self.history.as_ref().map(|h| h.table.as_str())
     }
 
     /// Creates the catalog table and stores or checks the schema: a catalog opened with
@@ -150,6 +166,9 @@ impl Applier {
     /// as does one opened with another hash key than the one its hashed keys were made with.
     pub async fn init(&self) -> Result<()> {
         self.store.create_table(&self.catalog_table).await?;
+        if let Some(h) = &self.history {
+            self.store.create_table(&h.table).await?;
+        }
         let table = self.wal.table();
         let want = schema_row::row(&self.schema);
         let stored = match self.store.insert(table, &want).await {
@@ -364,25 +383,8 @@ impl Applier {
     /// Removes applied entries from the shard's pending partition (already-removed ones are
     /// fine).
     async fn remove_pending(&self, shard: ShardId, entries: &[WalEntry]) -> Result<()> {
-        let (table, partition) = (self.wal.table(), shard.partition());
-        for chunk in entries.chunks(MAX_BATCH_OPS) {
-            let ops: Vec<BatchOp> =
-                chunk.iter().map(|e| BatchOp::Delete { row_key: e.id.to_string(), if_match: IfMatch::Any }).collect();
-            match self.store.batch(table, &partition, &ops).await {
-                Ok(_) => {}
-                // Another applier removed some: fall back to one by one.
-                Err(StoreError::BatchFailed { .. }) => {
-                    for e in chunk {
-                        match self.store.delete(table, &partition, e.id.as_str(), &IfMatch::Any).await {
-                            Ok(()) | Err(StoreError::NotFound(_)) => {}
-                            Err(err) => return Err(err.into()),
-                        }
-                    }
-                }
-                Err(e) => return Err(e.into()),
-            }
-        }
-        Ok(())
+        let keys: Vec<String> = entries.iter().map(|e| e.id.to_string()).collect();
+        Ok(bulk_delete::delete_rows(self.store.as_ref(), self.wal.table(), &shard.partition(), &keys).await?)
     }
 
     /// Moves an entry that can never be applied (as stored in its shard's partition) to the

@@ -120,6 +120,26 @@ pub async fn run(cli: Cli) -> Result<ExitCode> {
             DrainOutcome::Partial { applied } => println!("{{\"applied\":{applied},\"more\":true}}"),
             DrainOutcome::Busy => eprintln!("another applier holds the WAL lease; it will apply the pending entries"),
         },
+        Command::History { filter, limit } => {
+            let (field, value) =
+                filter.split_once('=').with_context(|| format!("filter '{filter}': expected field=value"))?;
+            let mut token: Option<String> = None;
+            let mut printed = 0;
+            while printed < limit {
+                let page = catalog.history(field, value, (limit - printed).min(1000), token.as_deref()).await?;
+                for change in page.history {
+                    println!("{}", serde_json::to_string(&change)?);
+                    printed += 1;
+                }
+                match page.continuation {
+                    Some(t) => token = Some(t),
+                    None => break,
+                }
+            }
+            if printed == 0 {
+                eprintln!("no history for {filter}");
+            }
+        }
         Command::Status => println!("{}", serde_json::to_string(&catalog.status().await?)?),
         Command::Sweep => println!("{}", serde_json::to_string(&catalog.sweep().await?)?),
         Command::Dead { limit } => {

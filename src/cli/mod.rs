@@ -71,6 +71,20 @@ pub struct CatalogArgs {
     /// was ever opened with; a smaller value has no effect.
     #[arg(long, env = settings::WAL_SHARDS, default_value_t = DEFAULT_SHARDS, value_parser = parse_shards, global = true)]
     pub wal_shards: u16,
+    /// Record every applied change in the table {name}history (on/off).
+    #[arg(long, env = settings::HISTORY, default_value = "off", value_parser = parse_history, action = clap::ArgAction::Set, global = true)]
+    pub history: bool,
+    /// History retention: remove rows older than this many days (1-36500) [default: keep].
+    #[arg(long, env = settings::HISTORY_DAYS, global = true)]
+    pub history_days: Option<u32>,
+    /// History retention: keep about this many rows per record (1-1000000) [default: keep].
+    #[arg(long, env = settings::HISTORY_MAX, global = true)]
+    pub history_max: Option<u32>,
+}
+
+/// Parses the history switch, naming the setting on error.
+fn parse_history(value: &str) -> std::result::Result<bool, String> {
+    table_catalog::history::parse_switch(settings::HISTORY, value).map_err(|e| e.to_string())
 }
 
 /// Parses a WAL shard count (1..=[`MAX_SHARDS`]), naming the setting and the limit on error.
@@ -185,6 +199,15 @@ pub enum Command {
     Recover,
     /// Print pending entries, oldest pending age, checkpoint and poison count (JSON).
     Status,
+    /// Print the history of the records with FIELD=VALUE, newest first, one JSON object per
+    /// line (needs TABLE_CATALOG_HISTORY=on).
+    History {
+        /// The record's identifier, e.g. icao=KJFK.
+        filter: String,
+        /// Most changes to print.
+        #[arg(long, default_value_t = 100)]
+        limit: usize,
+    },
     /// Run one sweep and print its report (JSON).
     Sweep,
     /// Walk the whole catalog table (prefix scan) and check that every record's index rows
@@ -303,6 +326,9 @@ impl CatalogArgs {
         }
         c.options.wal.lease_duration = std::time::Duration::from_secs(self.lease_secs.max(1));
         c.options.wal.shards = self.wal_shards;
+        c.options.history.enabled = self.history;
+        c.options.history.keep_days = self.history_days;
+        c.options.history.max_per_record = self.history_max;
         c.durability = match self.durability {
             DurabilityArg::Full => Durability::Full,
             DurabilityArg::Process => Durability::Process,

@@ -8,6 +8,7 @@
 //! | `GET /api/records?field=value[&field2=value2][&row_from&row_to][&limit&continuation][&consistent=true]` | `{records, continuation}`; `consistent`: every write acknowledged before the request is included (503 + `Retry-After` when a backlog is in the way) |
 //! | `DELETE /api/records?field=value[&row_from&row_to][&wait=true]` | delete the matching records; 202 `{id}` |
 //! | `POST /api/records/batch[?wait=true]` | upsert a JSON array or JSON lines; one result per input |
+//! | `GET /api/records/history?field=value[&limit&continuation]` | `{history: [{identity, op, wal_id, time, time_us, record}], continuation}`, newest first ([`crate::history`]); 404 when the catalog keeps no history |
 //! | `GET /api/wal/{id}` | `{id, state: pending|applied|dead}` |
 //! | `GET /api/wal/dead[?limit&continuation]` | dead entries with the reason each died |
 //! | `POST /api/wal/dead/redrive[?id=ID]` | move one dead entry (or all) back to pending |
@@ -64,6 +65,7 @@ pub fn router(catalog: AppState) -> Router {
                 .layer(DefaultBodyLimit::max(MAX_RECORD_BODY)),
         )
         .route("/api/records/batch", post(batch).layer(DefaultBodyLimit::max(MAX_BATCH_BODY)))
+        .route("/api/records/history", get(history))
         .route("/api/wal/dead", get(dead_entries))
         .route("/api/wal/dead/redrive", post(redrive))
         .route("/api/wal/{id}", get(wal_state))
@@ -283,6 +285,24 @@ async fn batch(
         })
         .collect();
     Ok((StatusCode::ACCEPTED, Json(json!({"results": results}))).into_response())
+}
+
+/// `GET /api/records/history?field=value[&limit&continuation]`: one index field and value.
+async fn history(State(c): State<AppState>, RawQuery(q): RawQuery) -> Result<Response, ApiError> {
+    let p = params(q)?;
+    let [(field, value)] = p.fields.as_slice() else {
+        return Err(ApiError::bad_request(format!(
+            "GET /api/records/history takes exactly one field=value (an index field), got {}",
+            p.fields.len()
+        )));
+    };
+    if p.row_from.is_some() || p.row_to.is_some() || p.wait || p.upsert || p.consistent {
+        return Err(ApiError::bad_request(
+            "GET /api/records/history takes one field=value, limit and continuation only",
+        ));
+    }
+    let page = c.history(field, value, p.page_limit()?, p.continuation.as_deref()).await?;
+    Ok(Json(page).into_response())
 }
 
 async fn wal_state(State(c): State<AppState>, Path(id): Path<String>) -> Result<Response, ApiError> {

@@ -17,6 +17,7 @@
 //!   partition and is atomic.
 
 pub mod azure;
+pub mod bulk_delete;
 pub mod conformance;
 pub mod counting;
 #[cfg(feature = "fault-injection")]

@@ -71,7 +71,10 @@ pub struct UnreadableEntry {
     pub reason: String,
 }
 
-fn chunks(text: &str) -> Vec<String> {
+/// Splits `text` into chunks of at most 32,000 UTF-16 units, each under the 64 KiB string
+/// property limit (the WAL entry body and the history record use it; [`join_chunks`] reads
+/// them back).
+pub(crate) fn chunks(text: &str) -> Vec<String> {
     let mut out = vec![String::new()];
     let mut units = 0;
     for c in text.chars() {
@@ -85,6 +88,16 @@ fn chunks(text: &str) -> Vec<String> {
         }
     }
     out
+}
+
+/// Reads back chunks `b0`..`b{n-1}` of an entity written with [`chunks`]; the error names
+/// the first missing chunk.
+pub(crate) fn join_chunks(e: &Entity, n: i32) -> Result<String, String> {
+    let mut body = String::new();
+    for i in 0..n {
+        body.push_str(e.str(&format!("b{i}")).ok_or_else(|| format!("missing body chunk {i}"))?);
+    }
+    Ok(body)
 }
 
 impl WalEntry {
@@ -114,10 +127,7 @@ impl WalEntry {
             Some(Value::Int32(n)) if *n >= 1 => *n,
             _ => return Err(bad("missing chunk count".into())),
         };
-        let mut body = String::new();
-        for i in 0..n {
-            body.push_str(e.str(&format!("b{i}")).ok_or_else(|| bad(format!("missing body chunk {i}")))?);
-        }
+        let body = join_chunks(e, n).map_err(bad)?;
         let op = serde_json::from_str(&body).map_err(|err| bad(format!("body is not a valid operation: {err}")))?;
         Ok(WalEntry { id: WalId::from_stored(e.row_key.clone()), op })
     }

@@ -1,0 +1,105 @@
+//! Writing history rows from the apply path ([`crate::history`] has the layout).
+//!
+//! Each applied entry gets one row per record identity it changed, written after the
+//! entry's catalog rows and before its group is checkpointed and leaves the pending
+//! partition. So a crash anywhere before the checkpoint re-applies the group, which writes
+//! the rows again; the RowKey depends only on the entry's id, so the row is inserted once and
+//! a second insert gets 409, which counts as written (a transaction that meets such a row is
+//! redone row by row). Rows of one identity share a partition
+//! and go in one entity group transaction: one request per identity per group.
+
+use std::collections::BTreeMap;
+
+use futures::{StreamExt, TryStreamExt};
+
+use super::Applier;
+use crate::error::Result;
+use crate::faults;
+use crate::history::{self, retention, Change, HistoryEntry, HistoryOptions};
+use crate::store::{pager, BatchOp, Entity, RowRange, StoreError};
+use crate::wal::append::batches;
+use crate::wal::WalId;
+
+/// Where an applier writes history, and the retention limits.
+#[derive(Debug, Clone)]
+pub struct HistoryTarget {
+    /// The history table (`{catalog}history`).
+    pub table: String,
+    /// Retention.
+    pub opts: HistoryOptions,
+}
+
+impl Applier {
+    /// Records `changes` in the history table, when the catalog keeps history. Passes the
+    /// crash points `before_history_write` (after the catalog rows) and `after_history_write`.
+    pub(crate) async fn record_history(&self, changes: Vec<Change<'_>>) -> Result<()> {
+        let Some(target) = &self.history else { return Ok(()) };
+        if changes.is_empty() {
+            return Ok(());
+        }
+        faults::point("before_history_write")?;
+        let mut by_identity: BTreeMap<String, BTreeMap<String, Entity>> = BTreeMap::new();
+        for change in &changes {
+            let e = change.to_entity();
+            by_identity.entry(e.partition_key.clone()).or_default().insert(e.row_key.clone(), e);
+        }
+        futures::stream::iter(by_identity)
+            .map(|(identity, rows)| async move {
+                let rows: Vec<Entity> = rows.into_values().collect();
+                self.insert_history(target, &identity, &rows).await?;
+                retention::trim(self.store.as_ref(), &target.table, &identity, &target.opts).await?;
+                Ok::<_, crate::Error>(())
+            })
+            .buffer_unordered(self.opts.apply_concurrency.max(1))
+            .try_collect::<Vec<()>>()
+            .await?;
+        faults::point("after_history_write")
+    }
+
+    /// Whether the history of `identity` says the record existed just before entry `id`: its
+    /// newest row older than `id` holds a record. One query (`RowKey gt` the entry's history
+    /// key, first row). Used for a row that a filter entry matched but a later entry wrote
+    /// (an upsert of another shard applied first): the filter removed that record in id
+    /// order only if it existed before the filter. False without history.
+    pub(crate) async fn existed_before(&self, identity: &str, id: &WalId) -> Result<bool> {
+        let Some(target) = &self.history else { return Ok(false) };
+        let range = RowRange { after: Some(history::row_key(id)), ..RowRange::default() };
+        let mut older = pager::entities(self.store.as_ref(), &target.table, identity, &range, 1);
+        match older.try_next().await? {
+            Some(row) => Ok(HistoryEntry::from_entity(&row)?.record.is_some()),
+            None => Ok(false),
+        }
+    }
+
+    /// Inserts the rows of one identity, an entity group transaction per 100 rows (and
+    /// 4 MiB). When the transaction fails because a row is already there (a re-application),
+    /// the rows of that transaction are inserted one by one, each 409 counting as written:
+    /// no row is skipped on the strength of an operation index.
+    async fn insert_history(&self, target: &HistoryTarget, identity: &str, rows: &[Entity]) -> Result<()> {
+        for chunk in batches(rows) {
+            if let [one] = chunk {
+                self.insert_once(&target.table, one).await?;
+                continue;
+            }
+            let ops: Vec<BatchOp> = chunk.iter().cloned().map(BatchOp::Insert).collect();
+            match self.store.batch(&target.table, identity, &ops).await {
+                Ok(_) => {}
+                Err(StoreError::BatchFailed { source, .. }) if matches!(*source, StoreError::AlreadyExists(_)) => {
+                    for row in chunk {
+                        self.insert_once(&target.table, row).await?;
+                    }
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(())
+    }
+
+    /// Inserts one history row; already there (409) is fine.
+    async fn insert_once(&self, table: &str, row: &Entity) -> Result<()> {
+        match self.store.insert(table, row).await {
+            Ok(_) | Err(StoreError::AlreadyExists(_)) => Ok(()),
+            Err(e) => Err(e.into()),
+        }
+    }
+}

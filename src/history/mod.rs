@@ -1,0 +1,304 @@
+//! Record history: one row per (record identity, applied change) in the table
+//! `{catalog}history`, newest first (the log-tail pattern).
+//!
+//! Layout of a history row:
+//! - **PartitionKey** = the record's identity, i.e. the RowKey of its catalog rows (already an
+//!   escaped key of at most 1 KiB), so "the last N changes of a record" is one query of one
+//!   partition.
+//! - **RowKey** = `{i64::MAX - t:019}_{u'}` where `t` is the WAL id's time in microseconds and
+//!   `u'` the id's UUID with every hex digit complemented (`0`↔`f`). The zero-padded inverted
+//!   time makes the newest change sort first ("log tail pattern": pad the inverted ticks so
+//!   they sort as strings); the complemented UUID makes two entries of the same microsecond
+//!   (the id clock can give concurrent writers of different processes the same one) sort
+//!   newest first too, so RowKey order is exactly descending WAL-id order. The key is unique
+//!   per entry and the same on every re-application, which makes the write idempotent.
+//! - Properties: `op` (`upsert` / `replace` / `delete`, [`ChangeOp`]), `wal_id`, `time` (the
+//!   WAL id's time, Int64 µs since the Unix epoch), `v` (format, 1), and the record after the
+//!   change as compact JSON split like a WAL entry body (`n` chunks `b0..`, each under the
+//!   64 KiB string property limit); `n` = 0 when the change removed the record.
+//!
+//! A replace or delete by filter writes a row for every identity its filter matched (record
+//! absent) and, for a replace, one for the new record. The rows are written by the apply path
+//! ([`crate::apply`]), after the change's catalog rows and before its group is checkpointed;
+//! see docs/ARCHITECTURE.md, "History", for the idempotence argument and the cost.
+
+pub mod read;
+pub mod retention;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+use crate::record::Record;
+use crate::settings;
+use crate::store::{Entity, Value};
+use crate::wal::entry::{chunks, join_chunks};
+use crate::wal::{Op, WalId};
+
+/// Whether history is kept when `TABLE_CATALOG_HISTORY` is unset: off, because it costs one
+/// more storage request per record per apply group and keeps every past version of a record
+/// (deleted ones included) until retention removes them; an audit trail is opted into.
+pub const DEFAULT_ENABLED: bool = false;
+/// The history row format this build writes and reads.
+pub const FORMAT_VERSION: i32 = 1;
+/// Longest `TABLE_CATALOG_HISTORY_DAYS` (100 years).
+pub const MAX_DAYS: u32 = 36_500;
+/// Largest `TABLE_CATALOG_HISTORY_MAX`.
+pub const MAX_PER_RECORD: u32 = 1_000_000;
+
+/// History tunables of a catalog.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct HistoryOptions {
+    /// Write history rows when applying ([`DEFAULT_ENABLED`] unless set).
+    pub enabled: bool,
+    /// Remove a record's history rows older than this many days (1..=[`MAX_DAYS`]); `None`
+    /// keeps them.
+    pub keep_days: Option<u32>,
+    /// Keep at most about this many rows per record (1..=[`MAX_PER_RECORD`]); `None` keeps
+    /// all. See [`retention`] for the slack.
+    pub max_per_record: Option<u32>,
+}
+
+impl HistoryOptions {
+    /// History on, no retention limit.
+    pub fn on() -> HistoryOptions {
+        HistoryOptions { enabled: true, ..HistoryOptions::default() }
+    }
+
+    /// Checks the limits; the error names the setting.
+    pub fn validate(&self) -> Result<()> {
+        if let Some(d) = self.keep_days {
+            if !(1..=MAX_DAYS).contains(&d) {
+                return Err(Error::Config(format!(
+                    "{}: {d} is out of range 1..={MAX_DAYS} days",
+                    settings::HISTORY_DAYS
+                )));
+            }
+        }
+        if let Some(m) = self.max_per_record {
+            if !(1..=MAX_PER_RECORD).contains(&m) {
+                return Err(Error::Config(format!(
+                    "{}: {m} is out of range 1..={MAX_PER_RECORD} rows per record",
+                    settings::HISTORY_MAX
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Parses an on/off setting value (`on`, `off`, `true`, `false`, `1`, `0`, `yes`, `no`); the
+/// error names the setting.
+pub fn parse_switch(setting: &str, value: &str) -> Result<bool> {
+    match value.trim().to_ascii_lowercase().as_str() {
+        "on" | "true" | "1" | "yes" => Ok(true),
+        "off" | "false" | "0" | "no" => Ok(false),
+        _ => Err(Error::Config(format!("{setting}: '{value}' is not on or off"))),
+    }
+}
+
+/// What a change did to a record, as stored in the `op` property.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ChangeOp {
+    /// An upsert (or insert) wrote the record.
+    Upsert,
+    /// A replace by filter: removed a matched record, or wrote the new one.
+    Replace,
+    /// A delete by filter removed the record.
+    Delete,
+}
+
+impl ChangeOp {
+    /// The operation of a WAL entry.
+    pub fn of(op: &Op) -> ChangeOp {
+        match op {
+            Op::Upsert { .. } => ChangeOp::Upsert,
+            Op::Replace { .. } => ChangeOp::Replace,
+            Op::Delete { .. } => ChangeOp::Delete,
+        }
+    }
+
+    /// The stored name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ChangeOp::Upsert => "upsert",
+            ChangeOp::Replace => "replace",
+            ChangeOp::Delete => "delete",
+        }
+    }
+
+    /// Parses a stored name.
+    pub fn parse(s: &str) -> Option<ChangeOp> {
+        [ChangeOp::Upsert, ChangeOp::Replace, ChangeOp::Delete].into_iter().find(|o| o.as_str() == s)
+    }
+}
+
+/// One change of one record identity, as the applier records it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Change<'a> {
+    /// The record's identity (the RowKey of its catalog rows).
+    pub identity: String,
+    /// The operation of the entry.
+    pub op: ChangeOp,
+    /// The entry.
+    pub wal_id: &'a WalId,
+    /// The record after the change; `None` when the change removed it.
+    pub record: Option<&'a Record>,
+}
+
+/// `i64::MAX - micros`, zero-padded to 19 digits: newer times sort first.
+pub fn inverted_time(micros: i64) -> String {
+    format!("{:019}", i64::MAX - micros.max(0))
+}
+
+/// The history RowKey of WAL entry `id` (see the module docs).
+pub fn row_key(id: &WalId) -> String {
+    let (_, uuid) = id.as_str().split_once('_').unwrap_or(("", id.as_str()));
+    let complemented: String = uuid
+        .chars()
+        .map(|c| match c.to_digit(16) {
+            Some(d) if !c.is_ascii_uppercase() => char::from_digit(15 - d, 16).unwrap_or(c),
+            _ => c,
+        })
+        .collect();
+    format!("{}_{complemented}", inverted_time(id.micros().unwrap_or(0)))
+}
+
+impl Change<'_> {
+    /// The history row.
+    pub fn to_entity(&self) -> Entity {
+        let mut e = Entity::new(self.identity.clone(), row_key(self.wal_id))
+            .with("v", Value::Int32(FORMAT_VERSION))
+            .with("op", Value::String(self.op.as_str().into()))
+            .with("wal_id", Value::String(self.wal_id.to_string()))
+            .with("time", Value::Int64(self.wal_id.micros().unwrap_or(0)));
+        let parts = match self.record {
+            Some(r) => chunks(&serde_json::to_string(r).unwrap_or_default()),
+            None => Vec::new(),
+        };
+        e.properties.insert("n".into(), Value::Int32(parts.len() as i32));
+        for (i, p) in parts.into_iter().enumerate() {
+            e.properties.insert(format!("b{i}"), Value::String(p));
+        }
+        e
+    }
+}
+
+/// A history row as read back (`GET /api/records/history`, `table-catalog history`).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct HistoryEntry {
+    /// The record's identity (RowKey of its catalog rows).
+    pub identity: String,
+    /// What the change was.
+    pub op: ChangeOp,
+    /// The WAL entry that made it.
+    pub wal_id: String,
+    /// When: the WAL id's time, RFC 3339 UTC with microseconds.
+    pub time: String,
+    /// The same time in microseconds since the Unix epoch.
+    pub time_us: i64,
+    /// The record after the change; `None` when the change removed it.
+    pub record: Option<Record>,
+    /// The history RowKey (for continuation and diagnostics; not serialised).
+    #[serde(skip)]
+    pub row_key: String,
+}
+
+impl HistoryEntry {
+    /// Reads a stored row; an unreadable row is an error naming it.
+    pub fn from_entity(e: &Entity) -> Result<HistoryEntry> {
+        let bad = |what: &str| {
+            Error::Store(crate::store::StoreError::Other(format!(
+                "history row {}/{}: {what}",
+                e.partition_key, e.row_key
+            )))
+        };
+        let op = e.str("op").and_then(ChangeOp::parse).ok_or_else(|| bad("missing or unknown op"))?;
+        let time_us = match e.properties.get("time") {
+            Some(Value::Int64(t)) => *t,
+            _ => return Err(bad("missing time")),
+        };
+        let n = match e.properties.get("n") {
+            Some(Value::Int32(n)) if *n >= 0 => *n,
+            _ => return Err(bad("missing chunk count")),
+        };
+        let record = if n == 0 {
+            None
+        } else {
+            let body = join_chunks(e, n).map_err(|m| bad(&m))?;
+            Some(serde_json::from_str(&body).map_err(|_| bad("record is not a JSON object"))?)
+        };
+        Ok(HistoryEntry {
+            identity: e.partition_key.clone(),
+            op,
+            wal_id: e.str("wal_id").unwrap_or_default().to_string(),
+            time: format!("{}Z", crate::wal::id::format_micros(time_us)),
+            time_us,
+            record,
+            row_key: e.row_key.clone(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn id(micros: i64, uuid: &str) -> WalId {
+        WalId::new(micros, uuid::Uuid::parse_str(uuid).unwrap())
+    }
+
+    #[test]
+    fn row_keys_sort_in_descending_wal_id_order_even_within_one_microsecond() {
+        let ids = [
+            id(1_000_000, "00000000-0000-0000-0000-000000000001"),
+            id(1_000_000, "0f8fad5b-d9cb-469f-a165-70867728950e"),
+            id(1_000_000, "ff000000-0000-0000-0000-000000000000"),
+            id(1_000_001, "00000000-0000-0000-0000-000000000000"),
+            id(9_999_999_999_999, "7d4c2b7e-0c1a-4f43-9a7b-3d2f1e0c9b8a"),
+        ];
+        let keys: Vec<String> = ids.iter().map(row_key).collect();
+        for w in keys.windows(2) {
+            assert!(w[0] > w[1], "{} should sort after {}", w[0], w[1]);
+        }
+        assert!(keys.iter().all(|k| k.len() == 19 + 1 + 36), "{keys:?}");
+        assert_eq!(&keys[3][..19], "9223372036853775806");
+        assert_ne!(row_key(&ids[0]), row_key(&ids[1]), "unique per entry");
+    }
+
+    #[test]
+    fn rows_round_trip_with_large_records_split_under_the_property_limit() {
+        let record = json!({"name": "é😀".repeat(40_000), "n": 1}).as_object().cloned().unwrap();
+        let wal = id(1_763_699_340_123_456, "0f8fad5b-d9cb-469f-a165-70867728950e");
+        let change =
+            Change { identity: "faux:1234abcd".into(), op: ChangeOp::Replace, wal_id: &wal, record: Some(&record) };
+        let e = change.to_entity();
+        for (k, v) in &e.properties {
+            if let Value::String(s) = v {
+                assert!(s.encode_utf16().count() <= 32_768, "{k}");
+            }
+        }
+        let back = HistoryEntry::from_entity(&e).unwrap();
+        assert_eq!(back.record.as_ref(), Some(&record));
+        assert_eq!(
+            (back.op, back.wal_id.as_str(), back.time_us),
+            (ChangeOp::Replace, wal.as_str(), 1_763_699_340_123_456)
+        );
+        assert_eq!(back.time, "2025-11-21T04:29:00.123456Z");
+        let removed = Change { record: None, op: ChangeOp::Delete, ..change };
+        assert_eq!(HistoryEntry::from_entity(&removed.to_entity()).unwrap().record, None);
+    }
+
+    #[test]
+    fn options_are_checked_naming_the_setting() {
+        assert!(HistoryOptions::on().validate().is_ok());
+        let days = HistoryOptions { keep_days: Some(0), ..HistoryOptions::on() };
+        assert!(days.validate().unwrap_err().to_string().contains(settings::HISTORY_DAYS));
+        let max = HistoryOptions { max_per_record: Some(0), ..HistoryOptions::on() };
+        assert!(max.validate().unwrap_err().to_string().contains(settings::HISTORY_MAX));
+        assert!(parse_switch("X", "On").unwrap());
+        assert!(!parse_switch("X", "0").unwrap());
+        assert!(parse_switch("X", "maybe").unwrap_err().to_string().contains("X: 'maybe'"));
+    }
+}
