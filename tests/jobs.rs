@@ -170,3 +170,46 @@ async fn the_scan_dispatcher_is_the_catalogs_scan_queue() {
     assert!(c.names().scan_queue.ends_with("-apply-scan"));
     assert_eq!(d.policy().max_dequeue_count, 10, "host.json's maxDequeueCount");
 }
+
+/// `trim-history` removes exactly the history rows older than the retention period, across
+/// the whole history table (records written long ago are never trimmed at write time).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_trim_history_job_removes_exactly_the_expired_rows() {
+    use table_catalog::catalog::CatalogOptions;
+    use table_catalog::history::{inverted_time, HistoryOptions};
+    use table_catalog::store::pager;
+    use table_catalog::wal::id::now_micros;
+
+    for backend in common::backends() {
+        let opts = CatalogOptions { history: HistoryOptions::on(), ..CatalogOptions::default() };
+        let c = common::catalog_with(backend, common::airports_schema(), opts).await;
+        c.upsert_many(airports(60), false).await.unwrap();
+        c.recover().await.unwrap();
+        let table = c.names().history_table.clone();
+        let rows: Vec<Entity> =
+            futures::TryStreamExt::try_collect(pager::scan_entities(c.store().as_ref(), &table, 1000)).await.unwrap();
+        assert_eq!(rows.len(), 60, "{backend:?}: one history row per record");
+        // Back-date a copy of every third row by 40 days.
+        let old = inverted_time(now_micros() - 40 * 86_400_000_000);
+        let mut expired = 0u64;
+        for e in rows.iter().step_by(3) {
+            let aged = Entity { row_key: format!("{old}{}", &e.row_key[19..]), etag: None, ..e.clone() };
+            c.store().insert(&table, &aged).await.unwrap();
+            expired += 1;
+        }
+        let jobs = Jobs::for_catalog(c.clone());
+        let job = jobs.start(JobKind::TrimHistory, json!({"days": 30, "segment": 7})).await.unwrap();
+        let done = run_until_final(&c, &jobs, &job, 3).await;
+        assert_eq!(done.state, JobState::Done, "{backend:?}: {done:?}");
+        assert_eq!((done.counters["rows"], done.counters["removed"]), (60 + expired, expired), "{backend:?}: {done:?}");
+        let left: Vec<Entity> =
+            futures::TryStreamExt::try_collect(pager::scan_entities(c.store().as_ref(), &table, 1000)).await.unwrap();
+        assert_eq!(left.len(), 60, "{backend:?}: the recent rows are kept");
+        // Without history or without a period, the job refuses to start.
+        let e = jobs.start(JobKind::TrimHistory, json!({})).await.unwrap_err().to_string();
+        assert!(e.contains("params.days"), "{e}");
+        let plain = common::airports_catalog(backend).await;
+        let e = Jobs::for_catalog(plain).start(JobKind::TrimHistory, json!({"days": 1})).await.unwrap_err().to_string();
+        assert!(e.contains("keeps no history"), "{e}");
+    }
+}

@@ -159,7 +159,7 @@ pub async fn run_parallel(catalog: Arc<Catalog>, kind: JobKind, args: &ScanArgs)
             let findings = job.counters.get("findings").copied().unwrap_or(0);
             Ok(if findings == 0 { ExitCode::SUCCESS } else { ExitCode::from(FINDINGS_EXIT) })
         }
-        JobKind::Repair | JobKind::Rebuild => {
+        JobKind::Repair | JobKind::Rebuild | JobKind::TrimHistory => {
             let applied = catalog.recover().await?.applied();
             let mut out = serde_json::to_value(&job.counters)?;
             out["applied"] = applied.into();

@@ -110,12 +110,13 @@ impl JobRunner for ScanCheck {
 
 impl Jobs {
     /// The jobs of `catalog`: work items on its scan queue, records in its WAL table, and
-    /// the kinds `verify`, `repair` and `rebuild`.
+    /// the kinds `verify`, `repair`, `rebuild` and `trim-history`.
     pub fn for_catalog(catalog: Arc<Catalog>) -> Jobs {
         let names = catalog.names().clone();
         Jobs::new(catalog.store().clone(), names.wal_table, names.scan_queue)
             .with_runner(JobKind::Verify, Arc::new(ScanCheck { catalog: catalog.clone(), repair: false }))
             .with_runner(JobKind::Repair, Arc::new(ScanCheck { catalog: catalog.clone(), repair: true }))
-            .with_runner(JobKind::Rebuild, Arc::new(super::rebuild::Rebuild::new(catalog)))
+            .with_runner(JobKind::Rebuild, Arc::new(super::rebuild::Rebuild::new(catalog.clone())))
+            .with_runner(JobKind::TrimHistory, Arc::new(super::trim::TrimHistory::new(catalog)))
     }
 }

@@ -28,6 +28,7 @@ pub mod model;
 pub mod rebuild;
 pub mod rows;
 pub mod runner;
+pub mod trim;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

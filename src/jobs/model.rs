@@ -67,11 +67,14 @@ pub enum JobKind {
     /// Copy every live record into another catalog with another schema (row key, index
     /// fields, hashed fields, hash secret): see [`super::rebuild`].
     Rebuild,
+    /// Remove history rows older than the retention period: see [`super::trim`].
+    #[serde(rename = "trim-history")]
+    TrimHistory,
 }
 
 impl JobKind {
     /// Every kind, for error messages.
-    pub const ALL: [JobKind; 3] = [JobKind::Verify, JobKind::Repair, JobKind::Rebuild];
+    pub const ALL: [JobKind; 4] = [JobKind::Verify, JobKind::Repair, JobKind::Rebuild, JobKind::TrimHistory];
 
     /// The kind's name (`verify`, ...).
     pub fn name(self) -> &'static str {
@@ -79,6 +82,7 @@ impl JobKind {
             JobKind::Verify => "verify",
             JobKind::Repair => "repair",
             JobKind::Rebuild => "rebuild",
+            JobKind::TrimHistory => "trim-history",
         }
     }
 
@@ -184,7 +188,10 @@ mod tests {
     fn kinds_and_states_serialise_lowercase() {
         assert_eq!(serde_json::to_string(&JobKind::Verify).unwrap(), "\"verify\"");
         assert_eq!(JobKind::parse("repair").unwrap(), JobKind::Repair);
-        assert!(JobKind::parse("vacuum").unwrap_err().to_string().contains("known: verify, repair, rebuild"));
+        assert!(JobKind::parse("vacuum")
+            .unwrap_err()
+            .to_string()
+            .contains("known: verify, repair, rebuild, trim-history"));
         assert_eq!(serde_json::to_string(&JobState::Cancelled).unwrap(), "\"cancelled\"");
         assert!(JobState::Done.is_final() && !JobState::Running.is_final());
     }
