@@ -1601,6 +1601,7 @@ fn bin() -> Command {
         "TABLE_CATALOG_ROW_KEY",
         "TABLE_CATALOG_WAL_NAME",
         "TABLE_CATALOG_QUEUE",
+        "TABLE_CATALOG_SCAN_QUEUE",
         "TABLE_CATALOG_LOCAL_PATH",
         "TABLE_CATALOG_WAL_SHARDS",
     ] {

@@ -309,7 +309,7 @@ fn package_has_the_host_layout_and_the_binary_starts_in_handler_mode() {
     match std::env::var("TC_TEST_AZURE_CONNECTION") {
         Ok(conn) if !conn.is_empty() => {
             cmd.env(settings::WEBJOBS_STORAGE, &conn).env(settings::CONNECTION_STRING, &conn);
-            for n in [settings::NAME, settings::WAL_NAME, settings::QUEUE] {
+            for n in [settings::NAME, settings::WAL_NAME, settings::QUEUE, settings::SCAN_QUEUE] {
                 cmd.env(n, settings::default_value(n, &lookup).unwrap());
             }
         }

@@ -143,6 +143,7 @@ fn catalog_bin(cs: &str) -> Command {
         "TABLE_CATALOG_ROW_KEY",
         "TABLE_CATALOG_WAL_NAME",
         "TABLE_CATALOG_QUEUE",
+        "TABLE_CATALOG_SCAN_QUEUE",
     ] {
         c.env_remove(var);
     }
