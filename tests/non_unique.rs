@@ -22,7 +22,13 @@ async fn a_lookup_by_a_shared_value_pages_through_every_record_once() {
         let schema = Schema::new(vec!["icao".into(), "iata".into(), "country".into()], "name").unwrap();
         let rows = import::read_file(&common::airports_csv(), Format::Csv, &schema).unwrap();
         let all = std::env::var("TC_NON_UNIQUE_ALL").is_ok_and(|v| v == "1");
-        let n = if all { usize::MAX } else if backend == Backend::Local { 10_000 } else { 3_000 };
+        let n = if all {
+            usize::MAX
+        } else if backend == Backend::Local {
+            10_000
+        } else {
+            3_000
+        };
         let records: Vec<Record> = rows.into_iter().take(n).map(|(_, r)| r.expect("valid airport row")).collect();
         let us = records.iter().filter(|r| r.get("country").and_then(|v| v.as_str()) == Some("US")).count();
         let c = common::catalog_with(backend, schema, CatalogOptions::default()).await;
