@@ -73,6 +73,7 @@ run() {
         log "$label: exit status $status"
         tail -5 "$work/err" >&2
     fi
+    mkdir -p "$target_dir/bench-scan" && cp "$work/rss" "$target_dir/bench-scan/$(echo "$label" | tr -c "a-z0-9\n" "_").rss"
     python3 - "$label" "$rows_expected" "$status" "$load_before" "$work/time" "$work/err" "$work/rss" <<'EOF'
 import json, re, sys
 label, expected, status, load, time_file, err_file, rss_file = sys.argv[1:]
