@@ -86,7 +86,10 @@ impl Readers {
         T: Send + 'static,
         F: FnOnce(&Connection) -> StoreResult<T> + Send + 'static,
     {
-        let slot = self.slots.clone().acquire_owned()
+        let slot = self
+            .slots
+            .clone()
+            .acquire_owned()
             .await
             .map_err(|_| StoreError::Other("embedded store: read pool closed".into()))?;
         let pool = self.clone();
