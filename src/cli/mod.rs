@@ -272,8 +272,8 @@ pub enum Command {
         #[arg(long)]
         id: Option<String>,
     },
-    /// Benchmarks: lookups and writes against running servers, a simulated-Azure scale-out run
-    /// (see docs/BENCHMARKS.md).
+    /// Benchmarks: lookups and writes against running servers, a simulated-Azure scale-out run,
+    /// a synthetic catalog for the whole-table runs (see docs/BENCHMARKS.md).
     Bench(bench::BenchArgs),
 }
 

@@ -3,8 +3,10 @@
 //!
 //! - `bench lookups` (or plain `bench` with its flags): lookup latency against a running server;
 //! - `bench writes`: single-record writes over HTTP against one or more running servers;
-//! - `bench sim`: N catalog instances in one process on a simulated Azure account.
+//! - `bench sim`: N catalog instances in one process on a simulated Azure account;
+//! - `bench gen`: a synthetic catalog (JSON lines) for the whole-table benchmarks.
 
+mod gen;
 mod lookups;
 mod sim;
 mod writes;
@@ -35,6 +37,10 @@ enum BenchCommand {
     /// account (latency, 503 ServerBusy at the scalability targets): writes/s, visibility lag,
     /// storage requests per write.
     Sim(sim::SimArgs),
+    /// A synthetic catalog as JSON lines for `import` (deterministic for a seed): N records
+    /// with three unique identifiers each (index keys eid,npi,email, row key lastname), so
+    /// N records give 3·N index rows.
+    Gen(gen::GenArgs),
 }
 
 /// Runs the benchmark.
@@ -43,8 +49,9 @@ pub async fn run(args: BenchArgs) -> Result<()> {
         (Some(BenchCommand::Lookups(a)), _) | (None, Some(a)) => lookups::run(a).await,
         (Some(BenchCommand::Writes(a)), _) => writes::run(a).await,
         (Some(BenchCommand::Sim(a)), _) => sim::run(a).await,
+        (Some(BenchCommand::Gen(a)), _) => gen::run(a),
         (None, None) => {
-            anyhow::bail!("bench: name a benchmark (lookups, writes, sim); see `table-catalog bench --help`")
+            anyhow::bail!("bench: name a benchmark (lookups, writes, sim, gen); see `table-catalog bench --help`")
         }
     }
 }

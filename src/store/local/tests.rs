@@ -186,3 +186,34 @@ async fn file_store_reads_do_not_wait_for_the_writer_and_see_acknowledged_writes
     let seen = other.get("reads", "p", "acked").await.unwrap().unwrap();
     assert_eq!(seen.properties["n"], Value::Int32(2));
 }
+
+/// A verify job with 8 workers ran every point read on a blocking thread of its own (517
+/// threads) and opened a connection for each read beyond the pool of 16: concurrent reads
+/// must run at most `MAX_READERS` at once, on at most that many connections, and all of them
+/// still complete. (Each read holds its slot for a few milliseconds so that they overlap.)
+#[tokio::test]
+async fn many_concurrent_reads_do_not_open_a_connection_each() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    let dir = tempfile::tempdir().unwrap();
+    let store = LocalStore::open(dir.path(), Durability::Process).unwrap();
+    store.create_table("reads").await.unwrap();
+    store.insert("reads", &e("p", "r", 7)).await.unwrap();
+    let readers = store.readers.clone().expect("a file store has read connections");
+    let (running, most) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let reads = (0..64).map(|_| {
+        let (running, most) = (running.clone(), most.clone());
+        readers.call(move |conn| {
+            most.fetch_max(running.fetch_add(1, Ordering::SeqCst) + 1, Ordering::SeqCst);
+            std::thread::sleep(Duration::from_millis(5));
+            running.fetch_sub(1, Ordering::SeqCst);
+            super::sql::get(conn, "reads", "p", "r")
+        })
+    });
+    for got in join_all(reads).await {
+        assert_eq!(got.unwrap().map(|g| g.properties["n"].clone()), Some(Value::Int32(7)));
+    }
+    let (most, opened) = (most.load(Ordering::SeqCst), readers.opened());
+    assert!(most <= super::readers::MAX_READERS, "{most} reads ran at once");
+    assert!(opened <= super::readers::MAX_READERS, "{opened} connections opened for 64 reads");
+}
