@@ -127,13 +127,14 @@ async fn follow(catalog: &Arc<Catalog>, jobs: &Jobs, id: &JobId, parallel: usize
         let rows = job.counters.get("rows").copied().unwrap_or(0);
         let rate = rows as f64 / started.elapsed().as_secs_f64().max(0.001);
         bar.set_message(format!(
-            "{} {}: {rows} rows, {} partitions, {} findings, {}/{} work items, {rate:.0} rows/s",
+            "{} {}: {rows} rows, {} partitions, {} findings, {}/{} work items, {rate:.0} rows/s, {}",
             job.kind.name(),
             job.id,
             job.counters.get("partitions").copied().unwrap_or(0),
             job.counters.get("findings").copied().unwrap_or(0),
             job.steps_done,
             job.steps_done + job.steps_pending,
+            eta(&job, rate),
         ));
         if job.state.is_final() {
             break job;
@@ -144,6 +145,19 @@ async fn follow(catalog: &Arc<Catalog>, jobs: &Jobs, id: &JobId, parallel: usize
     let _ = stop_tx.send(true);
     let _ = worker.await;
     Ok(job)
+}
+
+/// An estimate of the time left: the outstanding work items times the rows a finished item
+/// read on average, at the rate so far. The table's size is unknown until the scan ends (that
+/// is why it is scanned), and an outstanding prefix range may still split, so the estimate
+/// is a lower bound that firms up as the job runs; "ETA ?" before the first item is done.
+fn eta(job: &Job, rows_per_sec: f64) -> String {
+    let rows = job.counters.get("rows").copied().unwrap_or(0);
+    if job.steps_done == 0 || rows == 0 || rows_per_sec <= 0.0 {
+        return "ETA ?".to_string();
+    }
+    let left = job.steps_pending as f64 * rows as f64 / job.steps_done as f64 / rows_per_sec;
+    format!("ETA ≥{}s", left.ceil() as u64)
 }
 
 /// `verify` / `repair` as a job with `args.parallel` workers here: the same output as the
