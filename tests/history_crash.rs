@@ -14,32 +14,14 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use futures::TryStreamExt;
-use serde_json::{json, Value};
 use table_catalog::catalog::{Catalog, CatalogOptions};
 use table_catalog::config::Names;
 use table_catalog::faults;
 use table_catalog::history::{HistoryEntry, HistoryOptions};
-use table_catalog::query::Filter;
 use table_catalog::record::Record;
 use table_catalog::store::{pager, Store};
 
-fn rec(v: Value) -> Record {
-    v.as_object().cloned().unwrap()
-}
-
-fn jfk(elevation: i64) -> Record {
-    rec(
-        json!({"icao": "KJFK", "iata": "JFK", "lid": "JFK", "name": "John F Kennedy International Airport", "elevation": elevation}),
-    )
-}
-
-fn lga(iata: &str, elevation: i64) -> Record {
-    rec(json!({"icao": "KLGA", "iata": iata, "lid": "LGA", "name": "LaGuardia Airport", "elevation": elevation}))
-}
-
-fn f(field: &str, value: &str) -> Filter {
-    Filter::new(vec![(field.into(), value.into())])
-}
+use common::history_fixtures::{f, jfk, lga};
 
 async fn open(store: Arc<dyn Store>, names: &Names) -> Catalog {
     let mut o = CatalogOptions::default();

@@ -35,7 +35,9 @@ pub struct ScanCheck {
     repair: bool,
 }
 
-fn segment_of(params: &Json) -> Result<usize> {
+/// `params.segment`: entities per scan query, 1..=1,000 (default 1,000). Shared by every
+/// scan-based job kind.
+pub(super) fn segment_of(params: &Json) -> Result<usize> {
     match params.get("segment") {
         None | Some(Json::Null) => Ok(MAX_PAGE),
         Some(v) => match v.as_u64() {
@@ -43,6 +45,16 @@ fn segment_of(params: &Json) -> Result<usize> {
             _ => Err(Error::invalid(format!("params.segment: {v} is not a whole number in 1..={MAX_PAGE}"))),
         },
     }
+}
+
+/// A work item of a scan-based job: one scan step (an input fault if it is not one).
+pub(super) fn scan_step(step: &Json) -> Result<Step> {
+    serde_json::from_value(step.clone()).map_err(|e| Error::invalid(format!("work item: not a scan step: {e}")))
+}
+
+/// The work items a scan step discovered.
+pub(super) fn children(next: &[Step]) -> Vec<Json> {
+    next.iter().map(|s| json!(s)).collect()
 }
 
 #[async_trait]
@@ -80,7 +92,7 @@ impl JobRunner for ScanCheck {
             .buffer_unordered(CHECK_CONCURRENCY)
             .try_collect()
             .await?;
-        let mut result = StepResult { next: out.next.iter().map(|s| json!(s)).collect(), ..StepResult::default() };
+        let mut result = StepResult { next: children(&out.next), ..StepResult::default() };
         let count = |c: &mut BTreeMap<String, u64>, k: &str, n: u64| *c.entry(k.to_string()).or_default() += n;
         count(&mut result.counters, "partitions", partitions);
         for check in checks {

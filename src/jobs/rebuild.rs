@@ -27,6 +27,7 @@ use async_trait::async_trait;
 use serde_json::{json, Value as Json};
 use tokio::sync::OnceCell;
 
+use super::kinds::{children, scan_step, segment_of};
 use super::{Job, JobRunner, StepResult};
 use crate::catalog::{Catalog, CatalogOptions};
 use crate::error::{Error, Result};
@@ -36,7 +37,6 @@ use crate::names::Names;
 use crate::scan::{self, Step};
 use crate::schema::Schema;
 use crate::settings;
-use crate::store::MAX_PAGE;
 
 /// Parameters a rebuild accepts.
 const PARAMS: [&str; 6] = ["into", "index_keys", "row_key", "hashed_keys", "redact_keys", "segment"];
@@ -145,16 +145,6 @@ impl Rebuild {
     }
 }
 
-fn segment_of(params: &Json) -> Result<usize> {
-    match params.get("segment") {
-        None | Some(Json::Null) => Ok(MAX_PAGE),
-        Some(v) => match v.as_u64() {
-            Some(n) if (1..=MAX_PAGE as u64).contains(&n) => Ok(n as usize),
-            _ => Err(Error::invalid(format!("params.segment: {v} is not a whole number in 1..={MAX_PAGE}"))),
-        },
-    }
-}
-
 #[async_trait]
 impl JobRunner for Rebuild {
     fn roots(&self, params: &Json) -> Result<Vec<Json>> {
@@ -164,8 +154,7 @@ impl JobRunner for Rebuild {
     }
 
     async fn run(&self, job: &Job, step: &Json) -> Result<StepResult> {
-        let step: Step = serde_json::from_value(step.clone())
-            .map_err(|e| Error::invalid(format!("work item: not a scan step: {e}")))?;
+        let step = scan_step(step)?;
         let target = self.target(&job.params).await?;
         let source = &self.source;
         let out =
@@ -185,6 +174,6 @@ impl JobRunner for Rebuild {
             ("records".to_string(), copied - refused),
             ("refused".to_string(), refused),
         ]);
-        Ok(StepResult { counters, findings: Vec::new(), next: out.next.iter().map(|s| json!(s)).collect() })
+        Ok(StepResult { counters, findings: Vec::new(), next: children(&out.next) })
     }
 }

@@ -13,12 +13,13 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use serde_json::{json, Value as Json};
 
+use super::kinds::{children, scan_step, segment_of};
 use super::{Job, JobRunner, StepResult};
 use crate::catalog::Catalog;
 use crate::error::{Error, Result};
 use crate::history::{inverted_time, MAX_DAYS};
 use crate::scan::{self, Step};
-use crate::store::{bulk_delete, MAX_PAGE};
+use crate::store::bulk_delete;
 use crate::wal::id::now_micros;
 
 /// Microseconds in a day.
@@ -49,16 +50,6 @@ impl TrimHistory {
     }
 }
 
-fn segment_of(params: &Json) -> Result<usize> {
-    match params.get("segment") {
-        None | Some(Json::Null) => Ok(MAX_PAGE),
-        Some(v) => match v.as_u64() {
-            Some(n) if (1..=MAX_PAGE as u64).contains(&n) => Ok(n as usize),
-            _ => Err(Error::invalid(format!("params.segment: {v} is not a whole number in 1..={MAX_PAGE}"))),
-        },
-    }
-}
-
 #[async_trait]
 impl JobRunner for TrimHistory {
     fn roots(&self, params: &Json) -> Result<Vec<Json>> {
@@ -76,8 +67,7 @@ impl JobRunner for TrimHistory {
     }
 
     async fn run(&self, job: &Job, step: &Json) -> Result<StepResult> {
-        let step: Step = serde_json::from_value(step.clone())
-            .map_err(|e| Error::invalid(format!("work item: not a scan step: {e}")))?;
+        let step = scan_step(step)?;
         let cutoff = inverted_time(now_micros() - i64::from(self.days(&job.params)?) * DAY_US);
         let (store, table) = (self.catalog.store().as_ref(), &self.catalog.names().history_table);
         let out = scan::run_step(store, table, &step, segment_of(&job.params)?).await?;
@@ -95,6 +85,6 @@ impl JobRunner for TrimHistory {
         }
         let counters =
             BTreeMap::from([("rows".to_string(), out.entities.len() as u64), ("removed".to_string(), removed)]);
-        Ok(StepResult { counters, findings: Vec::new(), next: out.next.iter().map(|s| json!(s)).collect() })
+        Ok(StepResult { counters, findings: Vec::new(), next: children(&out.next) })
     }
 }

@@ -3,6 +3,7 @@
 //! the Azurite variant is reported as skipped, see [`skip`]).
 #![allow(dead_code)]
 
+pub mod history_fixtures;
 pub mod identity;
 pub mod serve;
 pub mod skip;
