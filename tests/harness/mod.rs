@@ -466,18 +466,10 @@ impl Harness {
         }
     }
 
-    /// Puts `json` on the queue of queue-triggered function `function`, base64 like every
-    /// producer; returns the message id.
-    pub async fn put_on(&self, function: &str, json: &str) -> String {
-        let queue = &self.listeners.get(function).unwrap_or_else(|| panic!("no queue function {function}")).queue;
-        let text = base64::engine::general_purpose::STANDARD.encode(json.as_bytes());
-        self.store.put_message(queue, &text, Duration::ZERO).await.expect("put_message")
-    }
-
     /// Makes the next `n` message deletes of function `function`'s listener get lost.
-    pub fn lose_next_deletes_of(&self, function: &str, n: u32) {
+    pub fn lose_next_deletes_of(&self, function: &str, n: usize) {
         let l = self.listeners.get(function).unwrap_or_else(|| panic!("no queue function {function}"));
-        l.lose_deletes.store(n as usize, Ordering::SeqCst);
+        l.lose_deletes.store(n, Ordering::SeqCst);
     }
 
     /// Fires the timer function once, as its schedule would now.
@@ -514,7 +506,7 @@ impl Harness {
     /// The next `n` successful invocations do not delete their message: it becomes visible
     /// again at once, as if the host had died before the delete and the lease had run out.
     pub fn lose_next_deletes(&self, n: usize) {
-        self.listener.lose_deletes.store(n, Ordering::SeqCst);
+        self.lose_next_deletes_of("apply", n);
     }
 
     /// Starts or ends a Table-service outage for the handler (needs `storage_proxy`).
