@@ -44,8 +44,10 @@ const PARAMS: [&str; 6] = ["into", "index_keys", "row_key", "hashed_keys", "reda
 /// Copies the source catalog into the one `params.into` names.
 pub struct Rebuild {
     source: Arc<Catalog>,
-    /// The new secret, if this process has one ([`settings::REBUILD_HASH_KEY`]).
-    new_key: Option<std::result::Result<HashKey, String>>,
+    /// The new secret, if this process has one ([`settings::REBUILD_HASH_KEY`]); read when a
+    /// rebuild first needs it, not when the runner is made (that happens for every job
+    /// request and every work item of any kind).
+    new_key: std::sync::OnceLock<Option<std::result::Result<HashKey, String>>>,
     /// The target, opened once per process (per job parameters: one rebuild at a time per
     /// process is the expected use; another target is opened when the parameters differ).
     target: tokio::sync::Mutex<Option<(Json, Target)>>,
@@ -74,11 +76,16 @@ fn list(params: &Json, name: &str) -> Result<Option<Vec<String>>> {
 impl Rebuild {
     /// A rebuild runner reading from `source`; the new secret comes from the environment.
     pub fn new(source: Arc<Catalog>) -> Rebuild {
-        let new_key = std::env::var(settings::REBUILD_HASH_KEY)
-            .ok()
-            .filter(|v| !v.is_empty())
-            .map(|v| HashKey::from_setting(&v).map_err(|e| format!("{}: {e}", settings::REBUILD_HASH_KEY)));
-        Rebuild { source, new_key, target: tokio::sync::Mutex::new(None) }
+        Rebuild { source, new_key: std::sync::OnceLock::new(), target: tokio::sync::Mutex::new(None) }
+    }
+
+    fn new_key(&self) -> &Option<std::result::Result<HashKey, String>> {
+        self.new_key.get_or_init(|| {
+            std::env::var(settings::REBUILD_HASH_KEY)
+                .ok()
+                .filter(|v| !v.is_empty())
+                .map(|v| HashKey::from_setting(&v).map_err(|e| format!("{}: {e}", settings::REBUILD_HASH_KEY)))
+        })
     }
 
     /// The target's names and schema from the parameters.
@@ -102,7 +109,7 @@ impl Rebuild {
         };
         let hashed = list(params, "hashed_keys")?.unwrap_or_else(|| source.hashed().to_vec());
         let redact = list(params, "redact_keys")?.unwrap_or_else(|| source.redacted().to_vec());
-        let key = match &self.new_key {
+        let key = match self.new_key() {
             Some(Ok(k)) => Some(k.clone()),
             Some(Err(e)) => return Err(Error::Config(e.clone())),
             None => source.hash_key().cloned(),
