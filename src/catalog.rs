@@ -154,7 +154,7 @@ pub struct Catalog {
 
 impl std::fmt::Debug for Catalog {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Catalog").field("names", &self.names).field("schema", &self.applier.schema).finish()
+        f.debug_struct("Catalog").field("names", &self.names).field("schema", &self.applier.schema()).finish()
     }
 }
 
@@ -164,7 +164,8 @@ impl Catalog {
     pub async fn open(store: Arc<dyn Store>, names: Names, schema: Schema, opts: CatalogOptions) -> Result<Catalog> {
         let wal = Arc::new(Wal::new(store.clone(), names.wal_table.clone(), opts.wal.clone()));
         wal.init().await?;
-        let mut applier = Applier::new(wal.clone(), names.table.clone(), schema);
+        let mut applier =
+            Applier::new(wal.clone(), names.table.clone(), schema).with_scan_queue(names.scan_queue.clone());
         if opts.history.enabled {
             opts.history.validate()?;
             names.check_history_table()?;
@@ -187,9 +188,10 @@ impl Catalog {
         self
     }
 
-    /// The schema.
-    pub fn schema(&self) -> &Schema {
-        &self.applier.schema
+    /// The schema in force in this process (re-read when a newer version shows up: see
+    /// [`crate::indexes`]).
+    pub fn schema(&self) -> Arc<Schema> {
+        self.applier.schema()
     }
 
     /// Table and queue names.
@@ -212,22 +214,43 @@ impl Catalog {
         &self.applier
     }
 
-    /// Validates a record and keys it; an upsert of it goes to the shard of its RowKey.
-    /// Returns the record as it is logged and stored: redacted fields hold their HMAC
-    /// ([`Schema::redact`]), so neither the WAL entry nor a row holds their plaintext.
-    fn check_record(&self, record: Record) -> Result<(Record, RecordKeys, ShardId)> {
-        let record = self.schema().redact(record);
+    /// Validates a record and keys it under `schema`; an upsert of it goes to the shard of
+    /// its RowKey. Returns the record as it is logged and stored: redacted fields hold their
+    /// HMAC ([`Schema::redact`]), so neither the WAL entry nor a row holds their plaintext.
+    fn check_record(&self, schema: &Schema, record: Record) -> Result<(Record, RecordKeys, ShardId)> {
+        let record = schema.redact(record);
         record::validate(&record)?;
-        let keys = self.schema().record_keys(&record)?;
+        let keys = schema.record_keys(&record)?;
         let shard = self.applier.shard_of(&keys.row_key);
         Ok((record, keys, shard))
     }
 
-    /// Validates a filter; returns it as it is logged, hashed fields' values in redacted
-    /// form ([`Schema::blind_filter`]).
-    fn check_filter(&self, filter: Filter) -> Result<Filter> {
-        filter.validate(self.schema())?;
-        Ok(self.schema().blind_filter(filter))
+    /// Validates a filter of a write under `schema` (every field an active index: a write
+    /// resolves its filter against the index, which must be complete); returns it as it is
+    /// logged, hashed fields' values in redacted form ([`Schema::blind_filter`]).
+    fn check_filter(&self, schema: &Schema, filter: Filter) -> Result<Filter> {
+        filter.clone().allow_partial(false).validate(schema)?;
+        Ok(schema.blind_filter(filter.allow_partial(false)))
+    }
+
+    /// Runs `attempt` with the schema in force, again with the re-read schema when the
+    /// schema changed while it was logging ([`Error::SchemaChanged`]: nothing was written),
+    /// so nothing is logged as validated under a replaced schema. At most 5 attempts.
+    async fn under_schema<T, F, Fut>(&self, attempt: F) -> Result<T>
+    where
+        F: Fn(Arc<Schema>) -> Fut,
+        Fut: std::future::Future<Output = Result<T>>,
+    {
+        let mut tries = 0;
+        loop {
+            match attempt(self.schema()).await {
+                Err(Error::SchemaChanged(version)) if tries < 4 => {
+                    tries += 1;
+                    self.applier.ensure_schema(version).await?;
+                }
+                other => return other,
+            }
+        }
     }
 
     /// Adds a record. Fails with [`Error::Conflict`] when a record with the same identity
@@ -235,48 +258,72 @@ impl Catalog {
     /// overwrite. The check is made when the write is logged: two concurrent inserts of the
     /// same identity both succeed and the later one wins.
     pub async fn insert(&self, record: Record, wait: bool) -> Result<Written> {
-        let (record, keys, shard) = self.check_record(record)?;
-        if let Some((_, pk)) = keys.partitions.first() {
-            if let Some(row) = self.store.get(&self.names.table, pk, &keys.row_key).await? {
-                if record::from_entity(&row).is_some() {
-                    return Err(Error::Conflict(format!(
-                        "a record with RowKey '{}' already exists; use upsert to overwrite it",
-                        keys.row_key
-                    )));
+        self.under_schema(|schema| {
+            let record = record.clone();
+            async move {
+                let (record, keys, shard) = self.check_record(&schema, record)?;
+                if let Some((_, pk)) = keys.partitions.first() {
+                    if let Some(row) = self.store.get(&self.names.table, pk, &keys.row_key).await? {
+                        if record::from_entity(&row).is_some() {
+                            return Err(Error::Conflict(format!(
+                                "a record with RowKey '{}' already exists; use upsert to overwrite it",
+                                keys.row_key
+                            )));
+                        }
+                    }
                 }
+                self.log(&schema, shard, Op::Upsert { record }, wait).await
             }
-        }
-        self.log(shard, Op::Upsert { record }, wait).await
+        })
+        .await
     }
 
     /// Stores a record in every index, replacing one with the same identity.
     pub async fn upsert(&self, record: Record, wait: bool) -> Result<Written> {
-        let (record, _, shard) = self.check_record(record)?;
-        self.log(shard, Op::Upsert { record }, wait).await
+        self.under_schema(|schema| {
+            let record = record.clone();
+            async move {
+                let (record, _, shard) = self.check_record(&schema, record)?;
+                self.log(&schema, shard, Op::Upsert { record }, wait).await
+            }
+        })
+        .await
     }
 
     /// Deletes the records matching `filter` (when applied) and stores `record`. Use it to
     /// change a record's indexed values.
     pub async fn replace(&self, filter: Filter, record: Record, wait: bool) -> Result<Written> {
-        let filter = self.check_filter(filter)?;
-        let (record, _, _) = self.check_record(record)?;
-        self.log(ShardId::ZERO, Op::Replace { filter, record }, wait).await
+        self.under_schema(|schema| {
+            let (filter, record) = (filter.clone(), record.clone());
+            async move {
+                let filter = self.check_filter(&schema, filter)?;
+                let (record, _, _) = self.check_record(&schema, record)?;
+                self.log(&schema, ShardId::ZERO, Op::Replace { filter, record }, wait).await
+            }
+        })
+        .await
     }
 
     /// Deletes the records matching `filter` from every index. The filter is resolved when
     /// the entry is applied, so it also deletes matching writes logged before it.
     pub async fn delete(&self, filter: Filter, wait: bool) -> Result<Written> {
-        let filter = self.check_filter(filter)?;
-        self.log(ShardId::ZERO, Op::Delete { filter }, wait).await
+        self.under_schema(|schema| {
+            let filter = filter.clone();
+            async move {
+                let filter = self.check_filter(&schema, filter)?;
+                self.log(&schema, ShardId::ZERO, Op::Delete { filter }, wait).await
+            }
+        })
+        .await
     }
 
-    /// Logs `op` in `shard` (the one [`Applier::route`] gives it).
-    async fn log(&self, shard: ShardId, op: Op, wait: bool) -> Result<Written> {
+    /// Logs `op` (validated under `schema`) in `shard` (the one [`Applier::route`] gives it).
+    async fn log(&self, schema: &Schema, shard: ShardId, op: Op, wait: bool) -> Result<Written> {
         let record = match &op {
             Op::Upsert { record } | Op::Replace { record, .. } => Some(record.clone()),
-            Op::Delete { .. } => None,
+            Op::Delete { .. } | Op::Schema { .. } => None,
         };
-        let id = self.wal.append(vec![(shard, op)]).await?.remove(0);
+        let id = self.wal.append_under(vec![(shard, op)], schema.version()).await?.remove(0);
         self.hint(shard, &id);
         let applied = if wait { self.wait_applied(shard, &id).await? } else { false };
         Ok(Written { id: id.to_string(), shard: Some(shard), record, applied })
@@ -286,21 +333,29 @@ impl Catalog {
     /// and 100 entries). Returns one result per input, in order: the WAL id, or the reason the
     /// record was rejected. Valid records are logged even when others are rejected.
     pub async fn upsert_many(&self, records: Vec<Record>, wait: bool) -> Result<Vec<Result<String>>> {
-        let mut results: Vec<Result<String>> = Vec::with_capacity(records.len());
-        let mut ops = Vec::new();
-        let mut slots = Vec::new();
-        for (i, record) in records.into_iter().enumerate() {
-            match self.check_record(record) {
-                Ok((record, _, shard)) => {
-                    ops.push((shard, Op::Upsert { record }));
-                    slots.push(i);
-                    results.push(Ok(String::new()));
+        let (mut results, ids, slots, shards) = self
+            .under_schema(|schema| {
+                let records = records.clone();
+                async move {
+                    let mut results: Vec<Result<String>> = Vec::with_capacity(records.len());
+                    let mut ops = Vec::new();
+                    let mut slots = Vec::new();
+                    for (i, record) in records.into_iter().enumerate() {
+                        match self.check_record(&schema, record) {
+                            Ok((record, _, shard)) => {
+                                ops.push((shard, Op::Upsert { record }));
+                                slots.push(i);
+                                results.push(Ok(String::new()));
+                            }
+                            Err(e) => results.push(Err(e)),
+                        }
+                    }
+                    let shards: Vec<ShardId> = ops.iter().map(|(s, _)| *s).collect();
+                    let ids = self.wal.append_under(ops, schema.version()).await?;
+                    Ok((results, ids, slots, shards))
                 }
-                Err(e) => results.push(Err(e)),
-            }
-        }
-        let shards: Vec<ShardId> = ops.iter().map(|(s, _)| *s).collect();
-        let ids = self.wal.append(ops).await?;
+            })
+            .await?;
         let mut last: std::collections::BTreeMap<ShardId, &WalId> = std::collections::BTreeMap::new();
         for ((slot, id), shard) in slots.into_iter().zip(&ids).zip(shards) {
             results[slot] = Ok(id.to_string());
@@ -322,6 +377,11 @@ impl Catalog {
     /// the queue). A lost hint only delays the entry until the sweeper applies it.
     fn hint(&self, shard: ShardId, id: &WalId) {
         self.hints.hint(shard, id);
+    }
+
+    /// Asks for an apply hint for entry `id` of `shard` (see [`Catalog::hint`]).
+    pub(crate) fn hint_shard(&self, shard: ShardId, id: &WalId) {
+        self.hint(shard, id);
     }
 
     /// Waits until every apply hint this catalog asked for was sent (hints go after the
@@ -370,11 +430,17 @@ impl Catalog {
     /// One page of records matching `filter`, at most `limit` (1..=1000), resuming after
     /// `continuation`.
     pub async fn query(&self, filter: &Filter, limit: usize, continuation: Option<&str>) -> Result<ResultPage> {
-        filter.validate(self.schema())?;
+        let schema = self.lookup_schema(filter).await?;
         if limit == 0 || limit > MAX_PAGE {
             return Err(Error::invalid(format!("limit: {limit} is out of range 1..={MAX_PAGE}")));
         }
-        query::query_page(self.store.as_ref(), &self.names.table, self.schema(), filter, limit, continuation).await
+        query::query_page(self.store.as_ref(), &self.names.table, &schema, filter, limit, continuation).await
+    }
+
+    /// The schema to run lookup `filter` under, after checking the filter against it (see
+    /// [`crate::indexes::lookup_schema`]).
+    async fn lookup_schema(&self, filter: &Filter) -> Result<Arc<Schema>> {
+        crate::indexes::lookup_schema(self, filter).await
     }
 
     /// Read-your-writes: [`Catalog::query`], after every write acknowledged before this call
@@ -390,7 +456,7 @@ impl Catalog {
         limit: usize,
         continuation: Option<&str>,
     ) -> Result<ResultPage> {
-        filter.validate(self.schema())?;
+        self.lookup_schema(filter).await?;
         let deadline = Instant::now() + self.opts.consistent_timeout;
         match self.applier.catch_up(deadline).await? {
             CaughtUp::Yes => self.query(filter, limit, continuation).await,
@@ -434,16 +500,16 @@ impl Catalog {
             )));
         };
         let filter = Filter::new(vec![(field.to_string(), value.to_string())]);
-        filter.validate(self.schema())?;
-        let pk = filter.partition_key(self.schema())?;
+        let schema = self.lookup_schema(&filter).await?;
+        let pk = filter.partition_key(&schema)?;
         let identities = crate::history::read::identities(self.store.as_ref(), &self.names.table, &pk).await?;
         crate::history::read::page(self.store.as_ref(), table, &identities, limit, continuation).await
     }
 
     /// Every record matching `filter`.
     pub async fn query_all(&self, filter: &Filter) -> Result<Vec<Record>> {
-        filter.validate(self.schema())?;
-        Ok(query::query_all(self.store.as_ref(), &self.names.table, self.schema(), filter)
+        let schema = self.lookup_schema(filter).await?;
+        Ok(query::query_all(self.store.as_ref(), &self.names.table, &schema, filter)
             .await?
             .into_iter()
             .map(|f| f.record)
@@ -575,32 +641,41 @@ impl Catalog {
     }
 
     async fn handle_message(&self, text: &str, message_id: &str) -> Result<MessageOutcome> {
-        let parsed = messages::parse(text).and_then(|m| match m {
+        let message = match messages::parse(text) {
+            Ok(m) => m,
+            Err(e) => return Ok(MessageOutcome::Rejected { reason: e.to_string() }),
+        };
+        let (shard, id) = match message {
             Message::Hint(h) => match ShardId::from_partition(&h.shard) {
-                Some(shard) => Ok((shard, None)),
-                None => Err(Error::invalid(format!("hint: '{}' is not a WAL shard (wal, wal-01..)", h.shard))),
+                Some(shard) => (shard, None),
+                None => {
+                    let reason = format!("hint: '{}' is not a WAL shard (wal, wal-01..)", h.shard);
+                    return Ok(MessageOutcome::Rejected { reason });
+                }
             },
             Message::Intent(i) => {
-                // Logged as a direct write would be: redacted record, blinded filter.
-                let op = match i.to_op()? {
-                    Op::Upsert { record } => Op::Upsert { record: self.check_record(record)?.0 },
-                    Op::Replace { filter, record } => {
-                        Op::Replace { filter: self.check_filter(filter)?, record: self.check_record(record)?.0 }
-                    }
-                    Op::Delete { filter } => Op::Delete { filter: self.check_filter(filter)? },
+                let op = match i.to_op() {
+                    Ok(op) => op,
+                    Err(e) => return Ok(MessageOutcome::Rejected { reason: e.to_string() }),
                 };
-                Ok((ShardId::ZERO, Some(op)))
+                let logged = self
+                    .under_schema(|schema| {
+                        let op = op.clone();
+                        async move {
+                            // Logged as a direct write would be: redacted record, blinded filter.
+                            let op = match self.check_intent(&schema, op) {
+                                Ok(op) => op,
+                                Err(e) => return Ok(Err(e.to_string())),
+                            };
+                            Ok(Ok(self.wal.append_intent(op, message_id, schema.version()).await?))
+                        }
+                    })
+                    .await?;
+                match logged {
+                    Ok(id) => (ShardId::ZERO, Some(id.to_string())),
+                    Err(reason) => return Ok(MessageOutcome::Rejected { reason }),
+                }
             }
-        });
-        let (shard, op) = match parsed {
-            Ok(parsed) => parsed,
-            Err(e) => {
-                return Ok(MessageOutcome::Rejected { reason: e.to_string() });
-            }
-        };
-        let id = match op {
-            Some(op) => Some(self.wal.append_intent(op, message_id).await?.to_string()),
-            None => None,
         };
         let started = Instant::now();
         let outcome = self.applier.apply_shard(shard).await?;
@@ -612,6 +687,19 @@ impl Catalog {
             }
         }
         Ok(MessageOutcome::Applied { id })
+    }
+
+    /// A queue intent's operation as it is logged (validated under `schema`, redacted,
+    /// blinded), or why it can never be logged.
+    fn check_intent(&self, schema: &Schema, op: Op) -> Result<Op> {
+        Ok(match op {
+            Op::Upsert { record } => Op::Upsert { record: self.check_record(schema, record)?.0 },
+            Op::Replace { filter, record } => {
+                Op::Replace { filter: self.check_filter(schema, filter)?, record: self.check_record(schema, record)?.0 }
+            }
+            Op::Delete { filter } => Op::Delete { filter: self.check_filter(schema, filter)? },
+            Op::Schema { .. } => return Err(Error::invalid("intent: schema changes cannot be queued")),
+        })
     }
 
     /// Options in force.

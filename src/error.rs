@@ -40,6 +40,14 @@ pub enum Error {
         /// Seconds to wait before retrying (HTTP `Retry-After`).
         retry_after_secs: u64,
     },
+    /// The lookup names an index that is still being backfilled ([`crate::indexes`]); the
+    /// message says how far the backfill is. Pass `allow_partial` to read it anyway.
+    #[error("{0}")]
+    IndexNotReady(String),
+    /// The catalog's schema changed (to this version) while the write was being logged;
+    /// nothing was written. The catalog re-reads the schema and validates the write again.
+    #[error("the catalog's schema changed to version {0} while the write was being logged; nothing was written, retry")]
+    SchemaChanged(u64),
     /// The storage backend failed.
     #[error(transparent)]
     Store(#[from] StoreError),

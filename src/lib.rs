@@ -30,6 +30,7 @@ pub use config::Config;
 pub mod export;
 pub mod http;
 pub mod import;
+pub mod indexes;
 pub mod jobs;
 pub mod repair;
 pub mod server;

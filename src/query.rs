@@ -17,7 +17,7 @@ use serde::{Deserialize, Serialize};
 use crate::error::{Error, Result};
 use crate::keys;
 use crate::record::{self, Record};
-use crate::schema::Schema;
+use crate::schema::{IndexState, Schema};
 use crate::store::{Entity, RowRange, TableStore, MAX_PAGE};
 
 /// Which records an operation addresses.
@@ -38,17 +38,28 @@ pub struct Filter {
     /// as before (a process of an earlier version ignores it and matches by fields alone).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub identity: Option<String>,
+    /// Read an index that is still backfilling ([`crate::schema::IndexState::Backfilling`]):
+    /// the rows it has so far, which miss records written before it was added and not yet
+    /// backfilled. Lookups only; never logged (writes need active indexes).
+    #[serde(skip)]
+    pub allow_partial: bool,
 }
 
 impl Filter {
     /// A filter on these fields, without a sort-value range.
     pub fn new(fields: Vec<(String, String)>) -> Filter {
-        Filter { fields, row_from: None, row_to: None, identity: None }
+        Filter { fields, row_from: None, row_to: None, identity: None, allow_partial: false }
     }
 
     /// Restricts the filter to one record identity (builder style; see [`Filter::identity`]).
     pub fn identity(mut self, row_key: impl Into<String>) -> Filter {
         self.identity = Some(row_key.into());
+        self
+    }
+
+    /// Allows reading a backfilling index (builder style; see [`Filter::allow_partial`]).
+    pub fn allow_partial(mut self, yes: bool) -> Filter {
+        self.allow_partial = yes;
         self
     }
 
@@ -69,11 +80,26 @@ impl Filter {
             )));
         }
         for (field, value) in &self.fields {
-            if !schema.is_index(field) {
-                return Err(Error::invalid(format!(
-                    "filter: '{field}' is not an index field; index fields are {}",
-                    schema.index_keys.join(", ")
-                )));
+            match schema.index_state(field) {
+                Some(IndexState::Active) => {}
+                Some(IndexState::Backfilling) if self.allow_partial => {}
+                Some(IndexState::Backfilling) => {
+                    return Err(Error::IndexNotReady(format!(
+                        "index '{field}' is backfilling: rows of records written before it was added are still being added, so a lookup could miss records; pass allow_partial=true to read the rows it has"
+                    )))
+                }
+                Some(IndexState::Dropping) => {
+                    return Err(Error::invalid(format!(
+                        "filter: the index '{field}' is being dropped; active index fields are {}",
+                        schema.active_keys().join(", ")
+                    )))
+                }
+                None => {
+                    return Err(Error::invalid(format!(
+                        "filter: '{field}' is not an index field; index fields are {}",
+                        schema.active_keys().join(", ")
+                    )))
+                }
             }
             if value.is_empty() {
                 return Err(Error::invalid(format!("filter: the value of '{field}' is empty")));

@@ -72,7 +72,8 @@ pub async fn repair(
     mut on_check: impl FnMut(&RowCheck),
 ) -> Result<RepairReport> {
     let store = catalog.store().as_ref();
-    let mut checks = row_checks(store, &catalog.names().table, catalog.schema(), opts);
+    let schema = catalog.schema();
+    let mut checks = row_checks(store, &catalog.names().table, &schema, opts);
     let mut report = RepairReport::default();
     while let Some(check) = checks.try_next().await? {
         on_check(&check);

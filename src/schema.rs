@@ -1,6 +1,13 @@
 //! The catalog schema: which fields are indexed, which of them are hashed or redacted
 //! ([`crate::hashed`]), and which field sorts records (the RowKey base). Stored in the WAL
 //! table on first use; opening a catalog with another schema fails.
+//!
+//! **Identity fields and maintained indexes.** The index fields a catalog is created with are
+//! its *identity fields*: fixed forever, they alone feed the RowKey fingerprint, so a record's
+//! identity never changes when indexes come and go. Indexes added later
+//! ([`crate::indexes`]) are *maintained* like the identity fields (one row per record with a
+//! value) but do not feed the fingerprint; each has a state ([`IndexState`]). The schema has a
+//! version, raised by every change that alters what is maintained.
 
 use serde_json::Value as Json;
 
@@ -10,10 +17,51 @@ use crate::keys;
 use crate::record::{validate_field_name, Record};
 use crate::settings;
 
+/// The state of an index ([`crate::indexes`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum IndexState {
+    /// Maintained and queryable.
+    Active,
+    /// Maintained for every write applied since its schema change; a backfill job is adding
+    /// the rows of older records. Lookups get 409 `index_not_ready` unless they pass
+    /// `allow_partial=true`.
+    Backfilling,
+    /// No longer maintained; a job is removing its rows. Lookups get 400.
+    Dropping,
+}
+
+impl IndexState {
+    /// The state's name (`active`, `backfilling`, `dropping`).
+    pub fn name(self) -> &'static str {
+        match self {
+            IndexState::Active => "active",
+            IndexState::Backfilling => "backfilling",
+            IndexState::Dropping => "dropping",
+        }
+    }
+}
+
+/// An index added after the catalog was created, as the stored schema lists it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct AddedIndex {
+    /// The indexed field.
+    pub field: String,
+    /// Its state.
+    pub state: IndexState,
+    /// The schema version of the change that put it in this state.
+    pub version: u64,
+    /// The job backfilling or removing its rows, once started (a job id).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job: Option<String>,
+}
+
 /// Index keys and row-key field of a catalog, with its hashed and redacted index fields.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Schema {
-    /// Indexed fields, in configuration order. Each gets one row per record that has a value.
+    /// Maintained index fields: the identity fields, then the added indexes that are active
+    /// or backfilling, in the order they were added. Each gets one row per record that has a
+    /// value.
     pub index_keys: Vec<String>,
     /// The field whose value starts the RowKey (sort order within an index partition).
     pub row_key: String,
@@ -24,6 +72,12 @@ pub struct Schema {
     redact: Vec<String>,
     /// The HMAC secret; present whenever `hashed` is not empty.
     hash_key: Option<HashKey>,
+    /// The identity fields (the index fields at creation): only they feed the fingerprint.
+    identity: Vec<String>,
+    /// Indexes added after creation, with their states (dropping ones included).
+    added: Vec<AddedIndex>,
+    /// The schema version: 0 at creation, raised by each change of the maintained set.
+    version: u64,
 }
 
 /// Where one record lives: its RowKey and one PartitionKey per indexed value it has.
@@ -53,7 +107,78 @@ impl Schema {
                 return Err(Error::Config(format!("index keys: '{k}' is listed twice")));
             }
         }
-        Ok(Schema { index_keys, row_key, hashed: Vec::new(), redact: Vec::new(), hash_key: None })
+        let identity = index_keys.clone();
+        Ok(Schema {
+            index_keys,
+            row_key,
+            hashed: Vec::new(),
+            redact: Vec::new(),
+            hash_key: None,
+            identity,
+            added: Vec::new(),
+            version: 0,
+        })
+    }
+
+    /// This schema with the indexes added since creation and the version of a stored schema
+    /// (`added` in the order they were added; the identity fields stay those of `self`).
+    /// Errors when an added index repeats an identity field or another added one.
+    pub fn with_added(mut self, added: Vec<AddedIndex>, version: u64) -> Result<Schema> {
+        for (i, a) in added.iter().enumerate() {
+            validate_field_name(&a.field).map_err(|e| Error::Config(e.to_string()))?;
+            let lower = a.field.to_lowercase();
+            if self.identity.iter().any(|k| k.to_lowercase() == lower)
+                || added[..i].iter().any(|o| o.field.to_lowercase() == lower)
+            {
+                return Err(Error::Config(format!("stored schema: index '{}' is listed twice", a.field)));
+            }
+        }
+        self.index_keys = self.identity.clone();
+        self.index_keys.extend(added.iter().filter(|a| a.state != IndexState::Dropping).map(|a| a.field.clone()));
+        self.added = added;
+        self.version = version;
+        Ok(self)
+    }
+
+    /// The identity fields: the index fields the catalog was created with, which alone feed
+    /// the RowKey fingerprint.
+    pub fn identity_keys(&self) -> &[String] {
+        &self.identity
+    }
+
+    /// The indexes added after creation, with their states.
+    pub fn added(&self) -> &[AddedIndex] {
+        &self.added
+    }
+
+    /// The schema version (0 until the first index change).
+    pub fn version(&self) -> u64 {
+        self.version
+    }
+
+    /// The state of index `field`: identity fields are always active; `None` for a field
+    /// that is not indexed (or was dropped and its rows removed).
+    pub fn index_state(&self, field: &str) -> Option<IndexState> {
+        if self.identity.iter().any(|k| k == field) {
+            return Some(IndexState::Active);
+        }
+        self.added.iter().find(|a| a.field == field).map(|a| a.state)
+    }
+
+    /// The active (queryable) index fields, in schema order.
+    pub fn active_keys(&self) -> Vec<&str> {
+        self.index_keys
+            .iter()
+            .filter(|k| self.index_state(k) == Some(IndexState::Active))
+            .map(String::as_str)
+            .collect()
+    }
+
+    /// True when some maintained index does not feed the fingerprint (an added index): an
+    /// upsert may then move a record's row of that index to another partition, and its
+    /// apply removes the old one ([`crate::apply`]).
+    pub fn has_added_indexes(&self) -> bool {
+        self.index_keys.len() > self.identity.len()
     }
 
     /// Marks index fields as hashed (keyed by `HMAC-SHA-256(key, value)`, see
@@ -229,13 +354,13 @@ impl Schema {
                 partitions.push((field.clone(), self.partition_key(field, &value)?));
             }
         }
-        if partitions.is_empty() {
+        if !self.identity.iter().any(|f| Self::index_value(record, f).is_some()) {
             return Err(Error::invalid(format!(
                 "record has no value for any index field ({}); it could never be found",
-                self.index_keys.join(", ")
+                self.identity.join(", ")
             )));
         }
-        let mut sorted: Vec<&String> = self.index_keys.iter().collect();
+        let mut sorted: Vec<&String> = self.identity.iter().collect();
         sorted.sort();
         // A hashed field contributes its HMAC, so no key holds anything derived from its
         // plaintext without the secret; a missing value stays the empty string.

@@ -33,9 +33,10 @@ impl Applier {
     pub(crate) async fn apply_upserts(&self, group: &[WalEntry]) -> Result<()> {
         let mut rows: BTreeMap<(String, String), (&WalId, &Record)> = BTreeMap::new();
         let mut changes = Vec::with_capacity(group.len());
+        let schema = self.schema();
         for entry in group {
             let Op::Upsert { record } = &entry.op else { continue };
-            let keys = self.schema.record_keys(record)?;
+            let keys = schema.record_keys(record)?;
             for (_, pk) in keys.partitions {
                 rows.insert((pk, keys.row_key.clone()), (&entry.id, record));
             }
@@ -46,9 +47,84 @@ impl Applier {
                 record: Some(record),
             });
         }
-        self.write_rows(rows.into_iter().map(|((pk, rk), (id, rec))| (pk, rk, id, RowWrite::Live(rec))).collect())
-            .await?;
+        let stale = if schema.has_added_indexes() { self.stale_rows(&schema, group).await? } else { Vec::new() };
+        if !stale.is_empty() {
+            let keys: Vec<(String, String)> = stale.iter().map(|(pk, rk, _, _)| (pk.clone(), rk.clone())).collect();
+            // Registered per entry id, like a delete's, so the sweeper finds them.
+            for (key, (_, _, id, _)) in keys.iter().zip(&stale) {
+                self.index_tombstones(id, std::iter::once(key)).await?;
+            }
+        }
+        let mut writes: Vec<(String, String, &WalId, RowWrite<'_>)> =
+            rows.into_iter().map(|((pk, rk), (id, rec))| (pk, rk, id, RowWrite::Live(rec))).collect();
+        writes.extend(stale.iter().map(|(pk, rk, id, rec)| (pk.clone(), rk.clone(), *id, RowWrite::Tombstone(rec))));
+        self.write_rows(writes).await?;
         self.record_history(changes).await
+    }
+
+    /// The rows of added indexes that a run of upserts moves away from: an added index does
+    /// not feed the RowKey, so a record whose value of it changes keeps its identity and its
+    /// row of the old value must go. For each record of the run, the candidates are the
+    /// values of its stored version (one read of its owner row, the row of its first
+    /// identity field with a value) and of the run's earlier upserts of it (written by a pass
+    /// that crashed half way); each candidate row that is not a row of the record's final
+    /// version gets a tombstone carrying the final record and the final entry's id (fenced,
+    /// so it never replaces a newer row; carrying the final record, it is not a row of that
+    /// record for `verify`, which ignores such tombstones).
+    async fn stale_rows<'a>(
+        &self,
+        schema: &crate::schema::Schema,
+        group: &'a [WalEntry],
+    ) -> Result<Vec<(String, String, &'a WalId, &'a Record)>> {
+        let mut by_identity: BTreeMap<String, Vec<(&'a WalId, &'a Record)>> = BTreeMap::new();
+        for entry in group {
+            if let Op::Upsert { record } = &entry.op {
+                let keys = schema.record_keys(record)?;
+                by_identity.entry(keys.row_key).or_default().push((&entry.id, record));
+            }
+        }
+        // Collected first, so the stream holds the futures themselves, not a closure over
+        // borrowed data (which keeps the apply future `Send`).
+        let reads: Vec<_> =
+            by_identity.into_iter().map(|(rk, versions)| self.stale_rows_of(schema, rk, versions)).collect();
+        let found: Vec<Vec<_>> =
+            futures::stream::iter(reads).buffer_unordered(self.opts.apply_concurrency.max(1)).try_collect().await?;
+        Ok(found.into_iter().flatten().collect())
+    }
+
+    /// [`Applier::stale_rows`] of one record: `versions` are its upserts in the run, in
+    /// order.
+    async fn stale_rows_of<'a>(
+        &self,
+        schema: &crate::schema::Schema,
+        rk: String,
+        versions: Vec<(&'a WalId, &'a Record)>,
+    ) -> Result<Vec<(String, String, &'a WalId, &'a Record)>> {
+        let Some(&(final_id, final_rec)) = versions.last() else { return Ok(Vec::new()) };
+        let final_keys = schema.record_keys(final_rec)?;
+        let identity = schema.identity_keys();
+        let owner = final_keys.partitions.iter().find(|(f, _)| identity.contains(f)).map(|(_, pk)| pk.clone());
+        let stored = match owner {
+            Some(pk) => self.store.get(&self.catalog_table, &pk, &rk).await?,
+            None => None,
+        };
+        let stored = stored.map(|e| {
+            let meta = RowMeta::of(&e);
+            record::payload(&e, &meta)
+        });
+        let mut out: Vec<(String, String, &'a WalId, &'a Record)> = Vec::new();
+        let earlier = versions[..versions.len() - 1].iter().map(|(_, r)| *r);
+        for candidate in stored.iter().chain(earlier) {
+            for field in &schema.index_keys[identity.len()..] {
+                let Some(value) = crate::schema::Schema::index_value(candidate, field) else { continue };
+                let Ok(pk) = schema.partition_key(field, &value) else { continue };
+                let live = final_keys.partitions.iter().any(|(f, p)| f == field && *p == pk);
+                if !live && !out.iter().any(|(p, _, _, _)| *p == pk) {
+                    out.push((pk, rk.clone(), final_id, final_rec));
+                }
+            }
+        }
+        Ok(out)
     }
 
     pub(crate) async fn write_rows(&self, rows: Vec<(String, String, &WalId, RowWrite<'_>)>) -> Result<()> {

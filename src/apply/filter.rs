@@ -26,13 +26,15 @@ impl Applier {
             Op::Replace { filter, record } => (filter, Some(record)),
             Op::Delete { filter } => (filter, None),
             Op::Upsert { .. } => return self.apply_upserts(std::slice::from_ref(entry)).await,
+            Op::Schema { version } => return self.apply_schema_change(entry, *version).await,
         };
-        let op = ChangeOp::of(&entry.op);
-        let new_keys = new_record.map(|r| self.schema.record_keys(r)).transpose()?;
+        let op = if new_record.is_some() { ChangeOp::Replace } else { ChangeOp::Delete };
+        let schema = self.schema();
+        let new_keys = new_record.map(|r| schema.record_keys(r)).transpose()?;
         let new_identity = new_keys.as_ref().map(|k| &k.row_key);
         let new_rows: BTreeSet<(String, String)> =
             new_keys.iter().flat_map(|k| k.partitions.iter().map(|(_, pk)| (pk.clone(), k.row_key.clone()))).collect();
-        let pk = filter.partition_key(&self.schema)?;
+        let pk = filter.partition_key(&schema)?;
         let ranges = filter.row_ranges(); // pruned on the server, like a lookup
         let mut pages = futures::stream::iter(ranges.iter())
             .flat_map(|range| pager::pages(self.store.as_ref(), &self.catalog_table, &pk, range, MAX_PAGE));
@@ -44,7 +46,7 @@ impl Applier {
                 if later {
                     newer.insert(row_key.clone());
                 }
-                let rows = match self.schema.record_keys(&rec) {
+                let rows = match schema.record_keys(&rec) {
                     Ok(k) => k.partitions.into_iter().map(|(_, pk)| (pk, k.row_key.clone())).collect(),
                     // A row another client wrote that our schema cannot key: remove the row found.
                     Err(_) => vec![(pk.clone(), row_key)],
@@ -100,7 +102,7 @@ impl Applier {
                 continue;
             }
             let rec = record::payload(e, &meta);
-            if filter.matches(&self.schema, &rec) {
+            if filter.matches(&self.schema(), &rec) {
                 out.push((e.row_key.clone(), rec, meta.wal_id.as_str() > id.as_str()));
             }
         }
@@ -108,7 +110,7 @@ impl Applier {
     }
 
     /// Records the tombstones entry `id` is about to write, so the sweeper can find them.
-    async fn index_tombstones<'a>(&self, id: &WalId, rows: impl Iterator<Item = &'a (String, String)>) -> Result<()> {
+    pub(crate) async fn index_tombstones<'a>(&self, id: &WalId, rows: impl Iterator<Item = &'a (String, String)>) -> Result<()> {
         let entities: Vec<Entity> = rows
             .map(|(pk, rk)| {
                 let hash = crate::keys::fingerprint([format!("{pk}\u{1}{rk}").as_str()]);

@@ -27,6 +27,7 @@ pub mod fanout;
 pub mod filter;
 pub mod history;
 pub mod row_cache;
+pub mod schema_change;
 pub mod sweep;
 
 use std::sync::Arc;
@@ -113,7 +114,11 @@ pub struct Applier {
     pub(crate) store: Arc<dyn Store>,
     /// Catalog table name.
     pub(crate) catalog_table: String,
-    pub(crate) schema: Schema,
+    /// The schema as configured (identity fields, row key, hashed fields; version 0).
+    base: Schema,
+    /// The schema in force here: `base` with the stored added indexes, re-read when a newer
+    /// version shows up ([`Applier::reload_schema`]).
+    schema: std::sync::RwLock<Arc<Schema>>,
     pub(crate) opts: WalOptions,
     /// One applier per shard per process at a time.
     locks: Vec<tokio::sync::Mutex<()>>,
@@ -123,6 +128,10 @@ pub struct Applier {
     pub(crate) existence: row_cache::Existence,
     /// Where history rows go, when the catalog keeps history ([`history`]).
     pub(crate) history: Option<history::HistoryTarget>,
+    /// The scan queue, where schema changes start their jobs ([`schema_change`]).
+    pub(crate) scan_queue: Option<String>,
+    /// When the schema was last read from the store (for [`Applier::schema_within`]).
+    schema_read: std::sync::Mutex<Instant>,
 }
 
 impl std::fmt::Debug for Applier {
@@ -140,13 +149,22 @@ impl Applier {
             store: wal.store.clone(),
             wal,
             catalog_table,
-            schema,
+            base: schema.clone(),
+            schema: std::sync::RwLock::new(Arc::new(schema)),
             opts,
             locks,
             rows: row_cache::RowCache::default(),
             existence: row_cache::Existence::default(),
             history: None,
+            scan_queue: None,
+            schema_read: std::sync::Mutex::new(Instant::now()),
         }
+    }
+
+    /// Starts the jobs of schema changes on scan queue `queue` (builder style).
+    pub fn with_scan_queue(mut self, queue: String) -> Applier {
+        self.scan_queue = Some(queue);
+        self
     }
 
     /// Also records every applied change in the history table `table` (builder style; call
@@ -170,14 +188,69 @@ impl Applier {
             self.store.create_table(&h.table).await?;
         }
         let table = self.wal.table();
-        let want = schema_row::row(&self.schema);
+        let want = schema_row::row(&self.base);
         let stored = match self.store.insert(table, &want).await {
             Ok(_) => return Ok(()),
             Err(StoreError::AlreadyExists(_)) => self.store.get(table, METADATA, schema_row::ROW).await?,
             Err(e) => return Err(e.into()),
         };
         let stored = stored.ok_or_else(|| Error::SchemaMismatch("schema row vanished while opening".into()))?;
-        schema_row::check(&stored, &self.schema, &self.catalog_table)
+        schema_row::check(&stored, &self.base, &self.catalog_table)?;
+        self.adopt(&stored)
+    }
+
+    /// The schema in force in this process (cheap: a shared pointer).
+    pub fn schema(&self) -> Arc<Schema> {
+        self.schema.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Makes the stored schema row `stored` the one in force, unless this process already
+    /// has a newer version. Errors when the row is not one this process can use.
+    pub(crate) fn adopt(&self, stored: &Entity) -> Result<()> {
+        *self.schema_read.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
+        let parsed = schema_row::StoredSchema::of(stored);
+        let schema = parsed.apply_to(self.base.clone())?;
+        let mut current = self.schema.write().unwrap_or_else(|p| p.into_inner());
+        if schema.version() >= current.version() {
+            if schema.version() > current.version() {
+                tracing::info!(version = schema.version(), indexes = %schema.index_keys.join(","), "schema changed");
+            }
+            self.wal.note_schema_version(schema.version());
+            *current = Arc::new(schema);
+        }
+        Ok(())
+    }
+
+    /// Re-reads the stored schema and makes it the one in force (one request). Returns the
+    /// version now in force.
+    pub async fn reload_schema(&self) -> Result<u64> {
+        let stored = schema_row::read_row(self.store.as_ref(), self.wal.table())
+            .await?
+            .ok_or_else(|| Error::SchemaMismatch("the catalog's schema row is gone".into()))?;
+        self.adopt(&stored)?;
+        Ok(self.schema().version())
+    }
+
+    /// How long ago the schema was last read from the store.
+    pub fn schema_age(&self) -> std::time::Duration {
+        self.schema_read.lock().unwrap_or_else(|p| p.into_inner()).elapsed()
+    }
+
+    /// The schema in force, re-read first when it was read longer than `max_age` ago.
+    pub async fn schema_within(&self, max_age: std::time::Duration) -> Result<Arc<Schema>> {
+        if self.schema_age() > max_age {
+            self.reload_schema().await?;
+        }
+        Ok(self.schema())
+    }
+
+    /// Re-reads the schema if this process's version is below `version` (an entry, lease
+    /// row or clock row said a newer one exists).
+    pub(crate) async fn ensure_schema(&self, version: u64) -> Result<()> {
+        if self.schema().version() < version {
+            self.reload_schema().await?;
+        }
+        Ok(())
     }
 
     /// The WAL.
@@ -190,8 +263,8 @@ impl Applier {
     /// behind the barrier. Errors when the record cannot be keyed.
     pub fn route(&self, op: &Op) -> Result<ShardId> {
         match op {
-            Op::Upsert { record } => Ok(self.shard_of(&self.schema.record_keys(record)?.row_key)),
-            Op::Replace { .. } | Op::Delete { .. } => Ok(ShardId::ZERO),
+            Op::Upsert { record } => Ok(self.shard_of(&self.schema().record_keys(record)?.row_key)),
+            Op::Replace { .. } | Op::Delete { .. } | Op::Schema { .. } => Ok(ShardId::ZERO),
         }
     }
 
@@ -258,6 +331,14 @@ impl Applier {
     /// the writes.
     async fn drain(&self, lease: &mut Lease, deadline: Instant, nested: bool) -> Result<Option<(usize, bool)>> {
         let mut applied = 0;
+        // A schema change asked this shard's appliers for a newer schema: adopt it and say
+        // so in the lease row before the first group ([`schema_change`]).
+        if lease.wanted_schema() > self.schema().version() {
+            self.ensure_schema(lease.wanted_schema()).await?;
+            if !self.wal.renew_lease(lease).await? {
+                return Ok(None);
+            }
+        }
         let mut pages = self.prefetch_pending(lease.shard());
         loop {
             if !self.wal.keep_lease(lease).await? {
@@ -276,6 +357,10 @@ impl Applier {
                     Ok(entry) => entries.push(entry),
                     Err(bad) => self.bury(e, &bad.reason).await?,
                 }
+            }
+            // An entry validated under a newer schema than ours: adopt it first.
+            if let Some(newest) = entries.iter().map(|e| e.schema_version).max() {
+                self.ensure_schema(newest).await?;
             }
             let (n, flow) = self.apply_entries(&entries, lease, deadline, nested).await?;
             applied += n + (page.len() - entries.len());
@@ -339,6 +424,13 @@ impl Applier {
                 if !clearance.covers(&group[0].id) {
                     match self.barrier(shard, &group[0].id, lease, deadline).await? {
                         barrier::Passed::Yes { low_watermark } => clearance.passed(low_watermark),
+                        barrier::Passed::NotYet => return Ok((i, Flow::Stopped)),
+                        barrier::Passed::LeaseLost => return Ok((i, Flow::LeaseLost)),
+                    }
+                }
+                if let Op::Schema { version } = group[0].op {
+                    match self.fence(shard, version, lease, deadline).await? {
+                        barrier::Passed::Yes { .. } => {}
                         barrier::Passed::NotYet => return Ok((i, Flow::Stopped)),
                         barrier::Passed::LeaseLost => return Ok((i, Flow::LeaseLost)),
                     }

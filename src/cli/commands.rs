@@ -231,7 +231,7 @@ async fn import_file(
 ) -> Result<import::Summary> {
     let started = Instant::now();
     let format = format.unwrap_or_else(|| Format::from_path(file));
-    let mut rows = import::RowStream::open(file, format, catalog.schema());
+    let mut rows = import::RowStream::open(file, format, &catalog.schema());
     let bar = ProgressBar::new_spinner();
     bar.set_style(
         ProgressStyle::with_template("{spinner} importing: {pos} records ({per_sec})")

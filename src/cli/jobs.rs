@@ -173,7 +173,7 @@ pub async fn run_parallel(catalog: Arc<Catalog>, kind: JobKind, args: &ScanArgs)
             let findings = job.counters.get("findings").copied().unwrap_or(0);
             Ok(if findings == 0 { ExitCode::SUCCESS } else { ExitCode::from(FINDINGS_EXIT) })
         }
-        JobKind::Repair | JobKind::Rebuild | JobKind::TrimHistory => {
+        JobKind::Repair | JobKind::Rebuild | JobKind::TrimHistory | JobKind::Backfill | JobKind::DropIndex => {
             let applied = catalog.recover().await?.applied();
             let mut out = serde_json::to_value(&job.counters)?;
             out["applied"] = applied.into();
@@ -214,7 +214,7 @@ pub async fn rebuild(catalog: Arc<Catalog>, params: serde_json::Value, parallel:
     let job = run_job(&catalog, &jobs, JobKind::Rebuild, params.clone(), parallel).await?;
     let target = table_catalog::jobs::rebuild::Rebuild::new(catalog.clone()).target(&params).await?;
     let applied = target.recover().await?.applied();
-    let report = table_catalog::verify::verify(target.store().as_ref(), &target.names().table, target.schema()).await?;
+    let report = table_catalog::verify::verify(target.store().as_ref(), &target.names().table, &target.schema()).await?;
     let out = json!({
         "job": job.id,
         "into": target.names().table,

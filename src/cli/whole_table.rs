@@ -46,8 +46,8 @@ async fn warn_if_pending(catalog: &Catalog) -> Result<()> {
 pub async fn verify(catalog: &Catalog, args: &ScanArgs) -> Result<ExitCode> {
     warn_if_pending(catalog).await?;
     let bar = progress("verifying");
-    let mut checks =
-        verify::row_checks(catalog.store().as_ref(), &catalog.names().table, catalog.schema(), args.options());
+    let schema = catalog.schema();
+    let mut checks = verify::row_checks(catalog.store().as_ref(), &catalog.names().table, &schema, args.options());
     let mut report = VerifyReport::default();
     let mut out = std::io::stdout().lock();
     while let Some(check) = checks.try_next().await? {
@@ -88,7 +88,7 @@ pub async fn export(catalog: &Catalog, output: Option<&Path>, args: &ScanArgs) -
     let bar = progress("exporting");
     let (store, table) = (catalog.store().as_ref(), &catalog.names().table);
     let written =
-        export::to_writer(store, table, catalog.schema(), args.segment, &mut sink, |n| bar.set_position(n)).await?;
+        export::to_writer(store, table, &catalog.schema(), args.segment, &mut sink, |n| bar.set_position(n)).await?;
     bar.finish_and_clear();
     eprintln!("{}", serde_json::json!({ "exported": written }));
     Ok(ExitCode::SUCCESS)

@@ -109,12 +109,13 @@ pub enum ChangeOp {
 }
 
 impl ChangeOp {
-    /// The operation of a WAL entry.
-    pub fn of(op: &Op) -> ChangeOp {
+    /// The operation of a WAL entry; `None` for a schema change, which changes no record.
+    pub fn of(op: &Op) -> Option<ChangeOp> {
         match op {
-            Op::Upsert { .. } => ChangeOp::Upsert,
-            Op::Replace { .. } => ChangeOp::Replace,
-            Op::Delete { .. } => ChangeOp::Delete,
+            Op::Upsert { .. } => Some(ChangeOp::Upsert),
+            Op::Replace { .. } => Some(ChangeOp::Replace),
+            Op::Delete { .. } => Some(ChangeOp::Delete),
+            Op::Schema { .. } => None,
         }
     }
 

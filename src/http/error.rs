@@ -66,6 +66,8 @@ impl From<Error> for ApiError {
             Error::SchemaMismatch(_) => (StatusCode::CONFLICT, "schema_mismatch"),
             Error::Timeout(_) => (StatusCode::GATEWAY_TIMEOUT, "timeout"),
             Error::Busy { .. } => (StatusCode::SERVICE_UNAVAILABLE, "busy"),
+            Error::IndexNotReady(_) => (StatusCode::CONFLICT, "index_not_ready"),
+            Error::SchemaChanged(_) => (StatusCode::SERVICE_UNAVAILABLE, "schema_changed"),
             Error::Store(s) if s.is_transient() => (StatusCode::SERVICE_UNAVAILABLE, "storage_unavailable"),
             _ => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
         };
@@ -77,6 +79,7 @@ impl From<Error> for ApiError {
         };
         let retry_after_secs = match &e {
             Error::Busy { retry_after_secs, .. } => Some(*retry_after_secs),
+            Error::SchemaChanged(_) => Some(1),
             _ => None,
         };
         ApiError { status, code, message, retry_after_secs }

@@ -125,7 +125,8 @@ async fn export(State(c): State<AppState>, RawQuery(q): RawQuery) -> Result<Resp
     let catalog: Arc<crate::catalog::Catalog> = c.clone();
     tokio::spawn(async move {
         let names = catalog.names().clone();
-        let mut records = crate::export::records(catalog.store().as_ref(), &names.table, catalog.schema(), segment);
+        let schema = catalog.schema();
+        let mut records = crate::export::records(catalog.store().as_ref(), &names.table, &schema, segment);
         while let Some(item) = records.next().await {
             let line = item.map(|r| Bytes::from(format!("{}\n", Json_::Object(r))));
             let failed = line.is_err();

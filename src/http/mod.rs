@@ -47,7 +47,8 @@ pub const MAX_BATCH_BODY: usize = 32 * 1024 * 1024;
 pub const DEFAULT_LIMIT: usize = 100;
 
 /// Query parameters that are not filter fields. `code` is the Functions key.
-const RESERVED: [&str; 8] = ["wait", "limit", "continuation", "row_from", "row_to", "upsert", "consistent", "code"];
+const RESERVED: [&str; 9] =
+    ["wait", "limit", "continuation", "row_from", "row_to", "upsert", "consistent", "code", "allow_partial"];
 
 /// Shared state of the handlers.
 pub type AppState = Arc<Catalog>;
@@ -83,6 +84,7 @@ struct Params {
     wait: bool,
     upsert: bool,
     consistent: bool,
+    allow_partial: bool,
     limit: Option<String>,
     continuation: Option<String>,
     row_from: Option<String>,
@@ -105,6 +107,7 @@ fn params(raw: Option<String>) -> Result<Params, ApiError> {
             "wait" => p.wait = flag("wait", &v)?,
             "upsert" => p.upsert = flag("upsert", &v)?,
             "consistent" => p.consistent = flag("consistent", &v)?,
+            "allow_partial" => p.allow_partial = flag("allow_partial", &v)?,
             "limit" => p.limit = Some(v),
             "continuation" => p.continuation = Some(v),
             "row_from" => p.row_from = Some(v),
@@ -118,7 +121,9 @@ fn params(raw: Option<String>) -> Result<Params, ApiError> {
 
 impl Params {
     fn filter(&self) -> Filter {
-        Filter::new(self.fields.clone()).range(self.row_from.clone(), self.row_to.clone())
+        Filter::new(self.fields.clone())
+            .range(self.row_from.clone(), self.row_to.clone())
+            .allow_partial(self.allow_partial)
     }
 
     /// `limit`, or [`DEFAULT_LIMIT`] (the range, 1-1,000, is checked where it is used).

@@ -71,8 +71,8 @@ impl JobRunner for ScanCheck {
         let step: Step = serde_json::from_value(step.clone())
             .map_err(|e| Error::invalid(format!("work item: not a scan step: {e}")))?;
         let segment = segment_of(&job.params)?;
-        let (store, table, schema) =
-            (self.catalog.store().as_ref(), &self.catalog.names().table, self.catalog.schema());
+        let schema = self.catalog.schema();
+        let (store, table, schema) = (self.catalog.store().as_ref(), &self.catalog.names().table, schema.as_ref());
         let out = scan::run_step(store, table, &step, segment).await?;
         // Partitions first seen by this step: each distinct PartitionKey of the page, except
         // the one a `Partition` step continues (counted by the step that began it).
@@ -122,13 +122,15 @@ impl JobRunner for ScanCheck {
 
 impl Jobs {
     /// The jobs of `catalog`: work items on its scan queue, records in its WAL table, and
-    /// the kinds `verify`, `repair`, `rebuild` and `trim-history`.
+    /// the kinds `verify`, `repair`, `rebuild`, `trim-history`, `backfill` and `drop-index`.
     pub fn for_catalog(catalog: Arc<Catalog>) -> Jobs {
         let names = catalog.names().clone();
         Jobs::new(catalog.store().clone(), names.wal_table, names.scan_queue)
             .with_runner(JobKind::Verify, Arc::new(ScanCheck { catalog: catalog.clone(), repair: false }))
             .with_runner(JobKind::Repair, Arc::new(ScanCheck { catalog: catalog.clone(), repair: true }))
             .with_runner(JobKind::Rebuild, Arc::new(super::rebuild::Rebuild::new(catalog.clone())))
-            .with_runner(JobKind::TrimHistory, Arc::new(super::trim::TrimHistory::new(catalog)))
+            .with_runner(JobKind::TrimHistory, Arc::new(super::trim::TrimHistory::new(catalog.clone())))
+            .with_runner(JobKind::Backfill, Arc::new(super::index::IndexJob::new(catalog.clone(), JobKind::Backfill)))
+            .with_runner(JobKind::DropIndex, Arc::new(super::index::IndexJob::new(catalog, JobKind::DropIndex)))
     }
 }

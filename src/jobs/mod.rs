@@ -23,6 +23,7 @@
 //! of a running job (for an enqueue lost to a crash of the process that started it).
 
 pub mod handler;
+pub mod index;
 pub mod kinds;
 pub mod model;
 pub mod rebuild;
@@ -117,8 +118,20 @@ impl Jobs {
             return Err(Error::invalid("params: must be a JSON object"));
         }
         let roots = self.runner(kind)?.roots(&params)?;
+        self.start_as(JobId::new(), kind, params, roots).await
+    }
+
+    /// Creates job `id` with work items `roots` (no runner needed: the caller checked the
+    /// parameters), unless a job with that id exists already: then returns it as it is (so a
+    /// re-applied schema change starts its job once).
+    pub async fn start_as(&self, id: JobId, kind: JobKind, params: Json, roots: Vec<Json>) -> Result<Job> {
+        if let Some((job, _)) = self.rows.read_job(&id).await? {
+            if job.state != JobState::Queued {
+                return Ok(job);
+            }
+        }
         let mut job = Job {
-            id: JobId::new(),
+            id,
             kind,
             params,
             state: JobState::Queued,
@@ -130,7 +143,12 @@ impl Jobs {
             finished: None,
             last_error: None,
         };
-        self.rows.insert_job(&job).await?;
+        match self.rows.insert_job(&job).await {
+            // Created by an earlier attempt that stopped before its roots were all enqueued:
+            // enqueue them (again; duplicates are harmless).
+            Ok(()) | Err(Error::Store(StoreError::AlreadyExists(_))) => {}
+            Err(e) => return Err(e),
+        }
         for step in &roots {
             self.enqueue(&job.id, step).await?;
         }
@@ -247,6 +265,11 @@ impl Jobs {
         if self.rows.any_todo(id).await? {
             return Ok(());
         }
+        let (job, _) = self.read(id).await?;
+        if job.state.is_final() {
+            return Ok(());
+        }
+        self.runner(job.kind)?.finished(&job).await?;
         let (steps, counters) = self.rows.done_totals(id).await?;
         loop {
             let (mut job, tag) = self.read(id).await?;

@@ -21,6 +21,15 @@ impl JobId {
         JobId(format!("{:019}-{}", i64::MAX - now_micros(), &random[..8]))
     }
 
+    /// The id of the job a schema change logged as WAL entry `wal_id` starts: the same for
+    /// every applier of that entry, so starting it again is a no-op. Sorts by the entry's
+    /// time like [`JobId::new`]; the tail is 8 hex digits of MD5 of the id.
+    pub fn for_wal(wal_id: &crate::wal::WalId) -> JobId {
+        let micros = wal_id.micros().unwrap_or(0);
+        let tail = crate::keys::fingerprint([wal_id.as_str()]);
+        JobId(format!("{:019}-{tail}", i64::MAX - micros))
+    }
+
     /// Checks an id from a request: [`Error::Invalid`] naming `id` and the shape otherwise.
     pub fn parse(s: &str) -> Result<JobId> {
         let ok = s.len() == 28
@@ -70,11 +79,25 @@ pub enum JobKind {
     /// Remove history rows older than the retention period: see [`super::trim`].
     #[serde(rename = "trim-history")]
     TrimHistory,
+    /// Add the rows of an index added online to every existing record: see
+    /// [`super::index`]. Started by the index's schema change, never by hand.
+    Backfill,
+    /// Remove the rows of a dropped index: see [`super::index`]. Started by the drop's
+    /// schema change, never by hand.
+    #[serde(rename = "drop-index")]
+    DropIndex,
 }
 
 impl JobKind {
     /// Every kind, for error messages.
-    pub const ALL: [JobKind; 4] = [JobKind::Verify, JobKind::Repair, JobKind::Rebuild, JobKind::TrimHistory];
+    pub const ALL: [JobKind; 6] = [
+        JobKind::Verify,
+        JobKind::Repair,
+        JobKind::Rebuild,
+        JobKind::TrimHistory,
+        JobKind::Backfill,
+        JobKind::DropIndex,
+    ];
 
     /// The kind's name (`verify`, ...).
     pub fn name(self) -> &'static str {
@@ -83,6 +106,8 @@ impl JobKind {
             JobKind::Repair => "repair",
             JobKind::Rebuild => "rebuild",
             JobKind::TrimHistory => "trim-history",
+            JobKind::Backfill => "backfill",
+            JobKind::DropIndex => "drop-index",
         }
     }
 

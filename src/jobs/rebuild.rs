@@ -167,7 +167,7 @@ impl JobRunner for Rebuild {
         let out =
             scan::run_step(source.store().as_ref(), &source.names().table, &step, segment_of(&job.params)?).await?;
         let rows = out.entities.len() as u64;
-        let records: Vec<_> = out.entities.iter().filter_map(|e| owned_record(source.schema(), e)).collect();
+        let records: Vec<_> = out.entities.iter().filter_map(|e| owned_record(&source.schema(), e)).collect();
         let copied = records.len() as u64;
         let mut refused = 0u64;
         for result in target.upsert_many(records, false).await? {

@@ -34,4 +34,11 @@ pub trait JobRunner: Send + Sync {
     /// Runs one work item. An error that is not an input fault is retried (the queue
     /// redelivers the item); an input fault ([`crate::Error::is_input_fault`]) fails the job.
     async fn run(&self, job: &Job, step: &Json) -> Result<StepResult>;
+
+    /// Runs once every work item is done, before the job is marked `done` (so a crash here
+    /// runs it again with the next delivery): e.g. a backfill turns its index active. Must be
+    /// idempotent. An error keeps the job running; the last item is redelivered.
+    async fn finished(&self, _job: &Job) -> Result<()> {
+        Ok(())
+    }
 }

@@ -12,6 +12,13 @@
 //! processes; the clock publication and the entry writes run concurrently. A caller's append
 //! returns when its entries are durable and its ids are published, never earlier.
 //!
+//! **Schema versions.** Each caller says which schema version it validated its operations
+//! under. The round's clock read also returns the catalog's schema version
+//! ([`super::clock`]); a caller whose version is older gets [`Error::SchemaChanged`] and
+//! nothing of it is written (the catalog re-validates and retries), so no process logs
+//! anything validated under a schema that a change already replaced when the round began.
+//! Each entry carries its caller's version (property `sv`, see [`super::entry`]).
+//!
 //! A round that fails fails every caller in it with the same error. Entries of a failed
 //! round may have been written; they are applied like any other (the caller was not
 //! acknowledged, so nothing promised they would not be).
@@ -31,6 +38,8 @@ use crate::store::{BatchOp, Entity, Store, StoreError, Value, MAX_BATCH_BYTES, M
 
 struct Waiter {
     ops: Vec<(ShardId, Op)>,
+    /// The schema version the caller validated `ops` under.
+    schema_version: u64,
     reply: oneshot::Sender<Result<Vec<WalId>>>,
 }
 
@@ -58,12 +67,13 @@ impl Appender {
         Appender { store, table, clock: Arc::new(clock), queue: Arc::new(Mutex::new(Queue::default())) }
     }
 
-    /// Queues `ops` for the next round and waits for it.
-    async fn append(&self, ops: Vec<(ShardId, Op)>) -> Result<Vec<WalId>> {
+    /// Queues `ops` (validated under schema `schema_version`) for the next round and waits
+    /// for it.
+    async fn append(&self, ops: Vec<(ShardId, Op)>, schema_version: u64) -> Result<Vec<WalId>> {
         let (tx, rx) = oneshot::channel();
         let start = {
             let mut q = self.queue.lock().unwrap_or_else(|p| p.into_inner());
-            q.waiting.push(Waiter { ops, reply: tx });
+            q.waiting.push(Waiter { ops, schema_version, reply: tx });
             let free = q.running < MAX_ROUNDS;
             if free {
                 q.running += 1;
@@ -87,8 +97,28 @@ impl Appender {
                 }
                 std::mem::take(&mut q.waiting)
             };
-            let ops: Vec<(ShardId, Op)> = round.iter().flat_map(|w| w.ops.iter().cloned()).collect();
-            let result = self.round(ops).await;
+            let reading = self.clock.read(self.store.as_ref(), &self.table).await;
+            let current = match reading {
+                Ok(r) => r,
+                Err(e) => {
+                    for w in round {
+                        let _ = w.reply.send(Err(Error::clone(&e)));
+                    }
+                    continue;
+                }
+            };
+            // Callers that validated under a replaced schema write nothing.
+            let (round, stale): (Vec<Waiter>, Vec<Waiter>) =
+                round.into_iter().partition(|w| w.schema_version >= current.schema_version);
+            for w in stale {
+                let _ = w.reply.send(Err(Error::SchemaChanged(current.schema_version)));
+            }
+            if round.is_empty() {
+                continue;
+            }
+            let ops: Vec<(ShardId, Op, u64)> =
+                round.iter().flat_map(|w| w.ops.iter().map(|(s, o)| (*s, o.clone(), w.schema_version))).collect();
+            let result = self.round(ops, current.high).await;
             let mut offset = 0;
             for w in round {
                 let n = w.ops.len();
@@ -102,13 +132,15 @@ impl Appender {
         }
     }
 
-    /// Allocates ids for `ops`, writes the entries (one entity group transaction per shard
-    /// and 100 entries, all concurrently) and publishes the clock.
-    async fn round(&self, ops: Vec<(ShardId, Op)>) -> Result<Vec<WalId>> {
-        let (ids, last) = self.reserve_ids(ops.len()).await?;
+    /// Allocates ids for `ops` above the high-water mark `high` the round read, writes the
+    /// entries (one entity group transaction per shard and 100 entries, all concurrently)
+    /// and publishes the clock.
+    async fn round(&self, ops: Vec<(ShardId, Op, u64)>, high: i64) -> Result<Vec<WalId>> {
+        let (ids, last) = self.ids_above(high, ops.len());
         let mut by_shard: BTreeMap<ShardId, Vec<Entity>> = BTreeMap::new();
-        for (id, (shard, op)) in ids.iter().zip(ops) {
-            by_shard.entry(shard).or_default().push(WalEntry { id: id.clone(), op }.to_entity(&shard.partition()));
+        for (id, (shard, op, schema_version)) in ids.iter().zip(ops) {
+            let entry = WalEntry { id: id.clone(), op, schema_version };
+            by_shard.entry(shard).or_default().push(entry.to_entity(&shard.partition()));
         }
         let groups: Vec<(ShardId, &[Entity])> =
             by_shard.iter().flat_map(|(s, es)| batches(es).into_iter().map(move |g| (*s, g))).collect();
@@ -122,14 +154,14 @@ impl Appender {
         Ok(ids)
     }
 
-    /// Allocates `n` consecutive ids above every id acknowledged so far, in any process:
-    /// `(ids, last timestamp)`. The caller must publish the last timestamp
+    /// `n` consecutive ids above high-water mark `high` (read from the clock by the caller)
+    /// and above everything this process handed out, so above every id acknowledged so far
+    /// in any process: `(ids, last timestamp)`. The caller must publish the last timestamp
     /// ([`Clock::publish`]) before acknowledging anything logged under these ids.
-    pub(crate) async fn reserve_ids(&self, n: usize) -> Result<(Vec<WalId>, i64)> {
-        let high = self.clock.high_water(self.store.as_ref(), &self.table).await?;
+    fn ids_above(&self, high: i64, n: usize) -> (Vec<WalId>, i64) {
         let start = self.clock.reserve(high, n);
         let ids = (0..n as i64).map(|i| WalId::new(start + i, uuid::Uuid::new_v4())).collect();
-        Ok((ids, start + n as i64 - 1))
+        (ids, start + n as i64 - 1)
     }
 
     async fn write_entries(&self, shard: ShardId, group: &[Entity]) -> Result<()> {
@@ -164,10 +196,17 @@ impl Wal {
     /// afterwards, in any process, gets a larger id. On `Err` some entries may have been
     /// written; they will be applied.
     pub async fn append(&self, ops: Vec<(ShardId, Op)>) -> Result<Vec<WalId>> {
+        self.append_under(ops, self.schema_version()).await
+    }
+
+    /// [`Wal::append`] of operations validated under schema version `schema_version`:
+    /// [`Error::SchemaChanged`] (nothing written) when the catalog's schema is newer by the
+    /// clock read of the round (see the module docs).
+    pub async fn append_under(&self, ops: Vec<(ShardId, Op)>, schema_version: u64) -> Result<Vec<WalId>> {
         if ops.is_empty() {
             return Ok(Vec::new());
         }
-        let ids = self.appender.append(ops).await?;
+        let ids = self.appender.append(ops, schema_version).await?;
         faults::point("after_wal_write")?;
         Ok(ids)
     }
@@ -176,15 +215,19 @@ impl Wal {
     /// message returns the id it was first logged under. The entry and its marker are
     /// written in one entity group transaction, in shard 0 (so a redelivery finds the
     /// marker whatever the shard count is by then).
-    pub async fn append_intent(&self, op: Op, message_id: &str) -> Result<WalId> {
+    pub async fn append_intent(&self, op: Op, message_id: &str, schema_version: u64) -> Result<WalId> {
         let marker_key = intent_marker_key(message_id);
         if let Some(id) = self.intent_logged(&marker_key).await? {
             return Ok(id);
         }
-        let (mut ids, last) = self.appender.reserve_ids(1).await?;
+        let current = self.appender.clock.read(self.store.as_ref(), &self.table).await?;
+        if schema_version < current.schema_version {
+            return Err(Error::SchemaChanged(current.schema_version));
+        }
+        let (mut ids, last) = self.appender.ids_above(current.high, 1);
         let id = ids.remove(0);
         let shard = ShardId::ZERO.partition();
-        let entry = WalEntry { id: id.clone(), op }.to_entity(&shard);
+        let entry = WalEntry { id: id.clone(), op, schema_version }.to_entity(&shard);
         let marker = Entity::new(shard.as_str(), marker_key.as_str())
             .with("id", Value::String(id.to_string()))
             .with("at", Value::Int64(super::id::now_micros()));

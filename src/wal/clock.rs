@@ -40,13 +40,20 @@
 //! once [`CLOCK`] holds a larger `last`. (A process of an old version still running reads
 //! only those rows: stop old processes before new ones write, which a deployment does.)
 //!
+//! **The schema version** ([`crate::indexes`]) rides on the same read: the row
+//! [`SCHEMA_ROW`] (`!schema`, which sorts before every timestamp row) holds the catalog's
+//! schema version, raised by each index change. A round reads the partition's first two
+//! rows (still one query): the schema version and the high-water mark. A writer that
+//! validated its operations under an older version learns it there, before it writes
+//! anything ([`super::append`]).
+//!
 //! Rows of processes that are gone stay until the sweeper prunes them ([`Clock::prune`]): a
 //! row is removed when it was last published more than [`STALE_AFTER`] ago and is not the
 //! first row.
 
 use std::time::Duration;
 
-use futures::TryStreamExt;
+use futures::{StreamExt, TryStreamExt};
 
 use super::id::now_micros;
 use super::METADATA;
@@ -57,6 +64,9 @@ use crate::store::{pager, BatchOp, Entity, IfMatch, RowRange, Store, StoreError,
 pub const CLOCK: &str = "clock";
 /// RowKey prefix of the clock rows of earlier versions, in the `metadata` partition.
 pub const LEGACY_PREFIX: &str = "clock-";
+/// RowKey of the schema-version row in [`CLOCK`] (property `version`, Int64). `!` sorts
+/// before the digits every timestamp row starts with.
+pub const SCHEMA_ROW: &str = "!schema";
 /// A clock row not published for this long may be pruned (unless it is the first row).
 pub const STALE_AFTER: Duration = Duration::from_secs(3600);
 
@@ -76,6 +86,22 @@ fn last_of(e: &Entity) -> i64 {
         Some(Value::Int64(v)) => *v,
         _ => 0,
     }
+}
+
+fn version_of(e: &Entity) -> u64 {
+    match e.properties.get("version") {
+        Some(Value::Int64(v)) => (*v).max(0) as u64,
+        _ => 0,
+    }
+}
+
+/// What one clock read says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ClockRead {
+    /// The largest `last` any process published (0 when none did).
+    pub high: i64,
+    /// The schema version (0 when no index change ever happened).
+    pub schema_version: u64,
 }
 
 fn at_of(e: &Entity) -> i64 {
@@ -123,12 +149,48 @@ impl Clock {
     }
 
     /// The high-water mark: the largest `last` any process published (0 when none did).
-    /// One query of one entity; the first call of a process also reads the legacy rows.
+    /// One query of at most two entities; the first call of a process also reads the legacy
+    /// rows.
     pub async fn high_water(&self, store: &dyn Store, table: &str) -> Result<i64> {
+        Ok(self.read(store, table).await?.high)
+    }
+
+    /// The high-water mark and the schema version, in one query of at most two entities
+    /// (the first call of a process also reads the legacy rows).
+    pub async fn read(&self, store: &dyn Store, table: &str) -> Result<ClockRead> {
         let all = RowRange::default();
-        let first = pager::entities(store, table, CLOCK, &all, 1).try_next().await?;
+        let first: Vec<Entity> = pager::entities(store, table, CLOCK, &all, 2).take(2).try_collect().await?;
         let floor = *self.legacy.get_or_try_init(|| legacy_high(store, table)).await?;
-        Ok(first.as_ref().map_or(0, last_of).max(floor))
+        let schema_version = first.iter().find(|e| e.row_key == SCHEMA_ROW).map_or(0, version_of);
+        let high = first.iter().find(|e| e.row_key != SCHEMA_ROW).map_or(0, last_of);
+        Ok(ClockRead { high: high.max(floor), schema_version })
+    }
+
+    /// Raises the schema version every later [`Clock::read`] sees to at least `version`
+    /// (compare-and-swap, so versions never go back). Returns the version now stored.
+    pub async fn raise_schema_version(store: &dyn Store, table: &str, version: u64) -> Result<u64> {
+        loop {
+            let current = store.get(table, CLOCK, SCHEMA_ROW).await.or_else(|e| match e {
+                StoreError::NotFound(_) => Ok(None),
+                e => Err(e),
+            })?;
+            let row = Entity::new(CLOCK, SCHEMA_ROW).with("version", Value::Int64(version as i64));
+            let written = match current {
+                Some(c) if version_of(&c) >= version => return Ok(version_of(&c)),
+                Some(c) => {
+                    let tag = c.etag.clone().map_or(IfMatch::Any, IfMatch::Etag);
+                    store.replace(table, &row, &tag).await.map(|_| ())
+                }
+                None => store.insert(table, &row).await.map(|_| ()),
+            };
+            match written {
+                Ok(()) => return Ok(version),
+                Err(StoreError::AlreadyExists(_) | StoreError::PreconditionFailed(_) | StoreError::NotFound(_)) => {
+                    continue
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
     }
 
     /// Reserves `n` (≥ 1) consecutive timestamps above `high` and above everything this
@@ -183,7 +245,10 @@ impl Clock {
     /// removed. A row republished meanwhile is kept (its ETag changed).
     pub async fn prune(&self, store: &dyn Store, table: &str) -> Result<usize> {
         let all = RowRange::default();
-        let rows: Vec<Entity> = pager::entities(store, table, CLOCK, &all, MAX_PAGE).try_collect().await?;
+        let rows: Vec<Entity> = pager::entities(store, table, CLOCK, &all, MAX_PAGE)
+            .try_filter(|e| futures::future::ready(e.row_key != SCHEMA_ROW))
+            .try_collect()
+            .await?;
         let high = rows.first().map_or(0, last_of);
         let cutoff = now_micros() - STALE_AFTER.as_micros() as i64;
         let mut removed = 0;

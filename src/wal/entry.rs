@@ -39,6 +39,13 @@ pub enum Op {
         /// Which records to delete.
         filter: Filter,
     },
+    /// A schema change took effect at this point of the log ([`crate::indexes`]): applying
+    /// it (behind the barrier, like a filter entry) fences every applier onto schema
+    /// `version` and then starts the job the change needs (backfill or row removal).
+    Schema {
+        /// The schema version the change created.
+        version: u64,
+    },
 }
 
 impl Op {
@@ -48,6 +55,7 @@ impl Op {
             Op::Upsert { .. } => "upsert",
             Op::Replace { .. } => "replace",
             Op::Delete { .. } => "delete",
+            Op::Schema { .. } => "schema",
         }
     }
 }
@@ -59,6 +67,10 @@ pub struct WalEntry {
     pub id: WalId,
     /// What to do.
     pub op: Op,
+    /// The schema version its writer validated it under (property `sv`; 0 when absent, as
+    /// on every entry from before schema versions). An applier whose schema is older
+    /// re-reads the schema before applying it.
+    pub schema_version: u64,
 }
 
 /// Why a stored entry could not be read.
@@ -109,6 +121,9 @@ impl WalEntry {
             .with("v", Value::Int32(FORMAT_VERSION))
             .with("op", Value::String(self.op.name().into()))
             .with("n", Value::Int32(parts.len() as i32));
+        if self.schema_version > 0 {
+            e.properties.insert("sv".into(), Value::Int64(self.schema_version as i64));
+        }
         for (i, p) in parts.into_iter().enumerate() {
             e.properties.insert(format!("b{i}"), Value::String(p));
         }
@@ -129,7 +144,11 @@ impl WalEntry {
         };
         let body = join_chunks(e, n).map_err(bad)?;
         let op = serde_json::from_str(&body).map_err(|err| bad(format!("body is not a valid operation: {err}")))?;
-        Ok(WalEntry { id: WalId::from_stored(e.row_key.clone()), op })
+        let schema_version = match e.properties.get("sv") {
+            Some(Value::Int64(v)) => (*v).max(0) as u64,
+            _ => 0,
+        };
+        Ok(WalEntry { id: WalId::from_stored(e.row_key.clone()), op, schema_version })
     }
 }
 
@@ -141,7 +160,7 @@ mod tests {
     #[test]
     fn entries_round_trip_including_large_bodies() {
         let record = json!({"name": "é😀".repeat(40_000), "n": 1}).as_object().cloned().unwrap();
-        let entry = WalEntry { id: WalId::new(1, uuid::Uuid::nil()), op: Op::Upsert { record } };
+        let entry = WalEntry { id: WalId::new(1, uuid::Uuid::nil()), op: Op::Upsert { record }, schema_version: 3 };
         let e = entry.to_entity("wal");
         assert!(e.properties.len() > 4, "body split into chunks");
         for (k, v) in &e.properties {
@@ -153,13 +172,18 @@ mod tests {
         let del = WalEntry {
             id: WalId::new(2, uuid::Uuid::nil()),
             op: Op::Delete { filter: Filter::new(vec![("icao".into(), "KJFK".into())]) },
+            schema_version: 0,
         };
         assert_eq!(WalEntry::from_entity(&del.to_entity("wal")).unwrap(), del);
     }
 
     #[test]
     fn unreadable_entries_are_reported() {
-        let mut e = WalEntry { id: WalId::new(1, uuid::Uuid::nil()), op: Op::Delete { filter: Filter::default() } }
+        let mut e = WalEntry {
+            id: WalId::new(1, uuid::Uuid::nil()),
+            op: Op::Delete { filter: Filter::default() },
+            schema_version: 0,
+        }
             .to_entity("wal");
         e.properties.insert("v".into(), Value::Int32(99));
         assert!(WalEntry::from_entity(&e).unwrap_err().reason.contains("version"));

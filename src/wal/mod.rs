@@ -30,7 +30,7 @@ pub use entry::{Op, WalEntry};
 pub use id::WalId;
 pub use shard::ShardId;
 
-use std::sync::atomic::{AtomicU16, Ordering};
+use std::sync::atomic::{AtomicU16, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -125,6 +125,9 @@ pub struct Wal {
     pub(crate) appender: append::Appender,
     /// Shards new entries are routed over (the stored count when this process opened).
     shards: AtomicU16,
+    /// The schema version in force in this process (set by the applier; written into the
+    /// lease rows this process takes, see [`lease`]).
+    schema_version: AtomicU64,
 }
 
 impl std::fmt::Debug for Wal {
@@ -144,7 +147,7 @@ impl Wal {
         let clock = clock::Clock::new(&owner, opts.clock_skew_us);
         let appender = append::Appender::new(store.clone(), table.clone(), clock);
         let shards = AtomicU16::new(opts.shards.clamp(1, shard::MAX_SHARDS));
-        Wal { store, table, opts, owner, appender, shards }
+        Wal { store, table, opts, owner, appender, shards, schema_version: AtomicU64::new(0) }
     }
 
     /// Creates the WAL table and raises the stored shard count to the configured one
@@ -155,6 +158,16 @@ impl Wal {
         let count = shard::raise_count(self.store.as_ref(), &self.table, self.opts.shards).await?;
         self.shards.store(count, Ordering::Relaxed);
         Ok(())
+    }
+
+    /// The schema version in force in this process.
+    pub fn schema_version(&self) -> u64 {
+        self.schema_version.load(Ordering::Relaxed)
+    }
+
+    /// Records that this process now uses schema `version` (never goes back).
+    pub(crate) fn note_schema_version(&self, version: u64) {
+        self.schema_version.fetch_max(version, Ordering::Relaxed);
     }
 
     /// The storage backend.

@@ -1,7 +1,13 @@
 //! The schema as stored in the WAL table, row `metadata/schema`: written on first use,
 //! compared on every open.
 //!
-//! Properties: `index_keys` (comma list), `row_key`, `v` (format). A catalog with hashed
+//! Properties: `index_keys` (comma list of the maintained index fields), `row_key`, `v`
+//! (format). Once an index was added or dropped ([`crate::indexes`]) the row also has
+//! `identity_keys` (the index fields at creation, which feed the fingerprint; absent means
+//! `index_keys`), `indexes` (JSON list of [`AddedIndex`]) and `version` (Int64, the schema
+//! version; absent means 0). A process of an earlier release compares `index_keys` with its
+//! configuration and so refuses to open a catalog whose indexes changed, rather than apply
+//! writes without the new index. A catalog with hashed
 //! index fields ([`crate::hashed`]) also has `hashed` and `redact` (comma lists) and
 //! `hash_key_id` (8 hex digits of SHA-256 of the secret, never the secret). A row without
 //! them, as every catalog from before hashed keys has, means no field is hashed, so the rows
@@ -9,7 +15,7 @@
 
 use crate::error::{Error, Result};
 use crate::hashed::KeyId;
-use crate::schema::Schema;
+use crate::schema::{AddedIndex, Schema};
 use crate::settings;
 use crate::store::{Entity, StoreError, TableStore, Value};
 use crate::wal::entry::FORMAT_VERSION;
@@ -24,6 +30,13 @@ pub fn row(schema: &Schema) -> Entity {
         .with("index_keys", Value::String(schema.index_keys.join(",")))
         .with("row_key", Value::String(schema.row_key.clone()))
         .with("v", Value::Int32(FORMAT_VERSION));
+    if schema.version() > 0 || !schema.added().is_empty() {
+        let added = serde_json::to_string(schema.added()).unwrap_or_default();
+        e = e
+            .with("identity_keys", Value::String(schema.identity_keys().join(",")))
+            .with("indexes", Value::String(added))
+            .with("version", Value::Int64(schema.version() as i64));
+    }
     if let Some(key) = schema.hash_key() {
         e = e
             .with("hashed", Value::String(schema.hashed().join(",")))
@@ -36,8 +49,14 @@ pub fn row(schema: &Schema) -> Entity {
 /// What a stored schema row says.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StoredSchema {
-    /// Indexed fields.
+    /// The identity fields (the index fields the catalog was created with).
     pub index_keys: Vec<String>,
+    /// Indexes added since, with their states.
+    pub added: Vec<AddedIndex>,
+    /// The schema version.
+    pub version: u64,
+    /// The ETag of the row as read (for a compare-and-swap update).
+    pub etag: Option<crate::store::ETag>,
     /// Row-key field.
     pub row_key: String,
     /// Hashed index fields (empty when the row predates hashed keys).
@@ -52,13 +71,39 @@ impl StoredSchema {
     /// Reads a schema row.
     pub fn of(e: &Entity) -> StoredSchema {
         let list = |name: &str| Schema::parse_list(e.str(name).unwrap_or_default());
+        let identity = e.str("identity_keys").map(Schema::parse_list).unwrap_or_else(|| list("index_keys"));
         StoredSchema {
-            index_keys: list("index_keys"),
+            index_keys: identity,
+            // An unreadable list is treated as none: `check` then refuses the row, since its
+            // maintained `index_keys` no longer match.
+            added: e.str("indexes").and_then(|t| serde_json::from_str(t).ok()).unwrap_or_default(),
+            version: match e.properties.get("version") {
+                Some(Value::Int64(v)) => (*v).max(0) as u64,
+                _ => 0,
+            },
+            etag: e.etag.clone(),
             row_key: e.str("row_key").unwrap_or_default().to_string(),
             hashed: list("hashed"),
             redact: list("redact"),
             hash_key_id: e.str("hash_key_id").map(KeyId::from_stored),
         }
+    }
+}
+
+impl StoredSchema {
+    /// `configured` (the identity fields, row key and hashed fields this process was
+    /// configured with, checked by [`check`]) with the stored added indexes and version.
+    pub fn apply_to(&self, configured: Schema) -> Result<Schema> {
+        configured.with_added(self.added.clone(), self.version)
+    }
+}
+
+/// The stored schema row of the catalog whose WAL table is `wal_table` (with its ETag).
+pub async fn read_row(store: &dyn TableStore, wal_table: &str) -> Result<Option<Entity>> {
+    match store.get(wal_table, METADATA, ROW).await {
+        Ok(row) => Ok(row),
+        Err(StoreError::NotFound(_)) => Ok(None),
+        Err(e) => Err(e.into()),
     }
 }
 
@@ -68,6 +113,50 @@ pub async fn read(store: &dyn TableStore, wal_table: &str) -> Result<Option<Stor
         Ok(row) => Ok(row.as_ref().map(StoredSchema::of)),
         Err(StoreError::NotFound(_)) => Ok(None),
         Err(e) => Err(e.into()),
+    }
+}
+
+/// Changes the stored list of added indexes and the version under the row's ETag, retrying
+/// when another process changed the row meanwhile. `change` gets the identity fields, the
+/// added indexes and the version as stored, edits them, and returns `Ok(false)` to leave the
+/// row as it is (or an error, which is returned; nothing is written then). The maintained
+/// `index_keys` are derived from the result. Returns the row as stored afterwards.
+pub async fn update(
+    store: &dyn TableStore,
+    wal_table: &str,
+    mut change: impl FnMut(&[String], &mut Vec<AddedIndex>, &mut u64) -> Result<bool>,
+) -> Result<Entity> {
+    loop {
+        let Some(current) = read_row(store, wal_table).await? else {
+            return Err(Error::NotFound("the catalog has no schema row yet; open it once first".into()));
+        };
+        let stored = StoredSchema::of(&current);
+        let (mut added, mut version) = (stored.added.clone(), stored.version);
+        if !change(&stored.index_keys, &mut added, &mut version)? {
+            return Ok(current);
+        }
+        let maintained: Vec<String> = stored
+            .index_keys
+            .iter()
+            .cloned()
+            .chain(added.iter().filter(|a| a.state != crate::schema::IndexState::Dropping).map(|a| a.field.clone()))
+            .collect();
+        let mut row = current.clone();
+        row.etag = None;
+        let list = serde_json::to_string(&added).map_err(|e| Error::invalid(format!("indexes: {e}")))?;
+        row.properties.insert("index_keys".into(), Value::String(maintained.join(",")));
+        row.properties.insert("identity_keys".into(), Value::String(stored.index_keys.join(",")));
+        row.properties.insert("indexes".into(), Value::String(list));
+        row.properties.insert("version".into(), Value::Int64(version as i64));
+        let tag = current.etag.clone().map_or(crate::store::IfMatch::Any, crate::store::IfMatch::Etag);
+        match store.replace(wal_table, &row, &tag).await {
+            Ok(etag) => {
+                row.etag = Some(etag);
+                return Ok(row);
+            }
+            Err(StoreError::PreconditionFailed(_)) => continue,
+            Err(e) => return Err(e.into()),
+        }
     }
 }
 
@@ -82,7 +171,9 @@ fn sorted(list: &[String]) -> Vec<&String> {
 /// differ, or when the hash key is another one (by id; the key itself is never printed).
 pub fn check(stored: &Entity, schema: &Schema, table: &str) -> Result<()> {
     let s = StoredSchema::of(stored);
-    if s.index_keys != schema.index_keys || s.row_key != schema.row_key {
+    let maintained = Schema::parse_list(stored.str("index_keys").unwrap_or_default());
+    let keys_ok = s.index_keys == schema.identity_keys() || maintained == schema.index_keys;
+    if !keys_ok || s.row_key != schema.row_key {
         return Err(Error::SchemaMismatch(format!(
             "catalog '{table}' was created with index keys [{}] and row key '{}', but this process is configured with index keys [{}] and row key '{}'; use the original schema or another catalog name",
             s.index_keys.join(","),

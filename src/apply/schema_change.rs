@@ -1,0 +1,130 @@
+//! Applying a schema change ([`crate::wal::Op::Schema`], logged by [`crate::indexes`]).
+//!
+//! The entry is logged in shard 0 and waits for the low-watermark barrier like a filter
+//! entry ([`super::barrier`]), so every write acknowledged before the change was issued is
+//! applied first. Then the **fence**: every shard's applier must apply with the new schema
+//! before the change's job starts, because a backfill scan that had passed a record could
+//! not see a later apply of it under the old schema (which would leave the record without a
+//! row of the new index), and a drop's scan could not see a row written after it passed.
+//!
+//! The fence reads each other shard's lease row ([`crate::wal::lease`]):
+//! - `sv >= version`: done. Every group its holder starts from then on uses the new
+//!   schema, and any process taking the lease later reads `sv` and re-reads the schema first.
+//! - free (released or expired) with an older `sv`: this applier takes the lease itself (a
+//!   nested pass, which also applies the shard's pending upserts under the new schema), so
+//!   the row shows the new version. A stale holder whose lease expired mid-group cannot leave
+//!   an old-schema write behind: its group's entries stay pending until that group is fully
+//!   written, so either they are still pending and the nested pass applies them again under
+//!   the new schema, or all their writes landed before the nested pass read the shard.
+//! - held with an older `sv`: raise `want_sv`. The holder's next renewal fails, it takes the
+//!   lease again, re-reads the schema and renews with the new `sv`; or the lease expires and
+//!   the case above applies. At most one lease duration.
+//!
+//! The fence gives up at the caller's deadline like the barrier (the entry stays pending and
+//! the next pass retries); once it has passed, the job is started under an id derived from
+//! the entry's WAL id, so applying the entry again starts nothing new.
+
+use std::time::{Duration, Instant};
+
+use futures::future::BoxFuture;
+
+use super::barrier::Passed;
+use super::{Applier, DrainOutcome};
+use crate::error::{Error, Result};
+use crate::jobs::{index, JobId, JobKind, Jobs};
+use crate::schema::IndexState;
+use crate::wal::lease::Lease;
+use crate::wal::{ShardId, WalEntry};
+
+impl Applier {
+    /// Waits until every shard other than `own` applies with schema `version` or newer (see
+    /// the module docs), applying free shards itself. Returns at `deadline` at the latest.
+    /// (Boxed: it runs nested apply passes, which is recursion through
+    /// [`Applier::run_shard`].)
+    pub(crate) fn fence<'a>(
+        &'a self,
+        own: ShardId,
+        version: u64,
+        lease: &'a mut Lease,
+        deadline: Instant,
+    ) -> BoxFuture<'a, Result<Passed>> {
+        Box::pin(self.wait_fence(own, version, lease, deadline))
+    }
+
+    async fn wait_fence(&self, own: ShardId, version: u64, lease: &mut Lease, deadline: Instant) -> Result<Passed> {
+        self.ensure_schema(version).await?;
+        let mut delay = Duration::from_millis(10);
+        loop {
+            let count = self.wal.current_shard_count().await?;
+            let mut behind = 0;
+            for shard in ShardId::all(count).filter(|s| *s != own) {
+                let row = self.wal.lease_row(shard).await?;
+                match row {
+                    Some(r) if r.schema_version >= version => {}
+                    Some(r) if !r.free() => {
+                        behind += 1;
+                        if r.wanted < version {
+                            self.wal.want_schema(shard, &r, version).await?;
+                        }
+                    }
+                    _ => {
+                        // Free: take it (the nested pass stamps the row with our version).
+                        if self.run_shard(shard, deadline, true).await? == DrainOutcome::Busy {
+                            behind += 1;
+                        }
+                    }
+                }
+            }
+            if behind == 0 {
+                return Ok(Passed::Yes { low_watermark: None });
+            }
+            tracing::debug!(version, behind, "schema change waits for appliers to adopt it");
+            if Instant::now() >= deadline {
+                return Ok(Passed::NotYet);
+            }
+            if !self.wal.keep_lease(lease).await? {
+                return Ok(Passed::LeaseLost);
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            tokio::time::sleep(delay.min(left)).await;
+            delay = (delay * 2).min(Duration::from_millis(500));
+        }
+    }
+
+    /// Applies a schema-change entry whose fence has passed: starts the job the change needs
+    /// (backfill for an added index, row removal for a dropped one) and records its id on
+    /// the index. Nothing to do when a later change superseded this one.
+    pub(crate) async fn apply_schema_change(&self, entry: &WalEntry, version: u64) -> Result<()> {
+        self.ensure_schema(version).await?;
+        let schema = self.schema();
+        let Some(index) = schema.added().iter().find(|a| a.version == version) else {
+            return Ok(());
+        };
+        let kind = match index.state {
+            IndexState::Backfilling => JobKind::Backfill,
+            IndexState::Dropping => JobKind::DropIndex,
+            IndexState::Active => return Ok(()),
+        };
+        let queue = self.scan_queue.clone().ok_or_else(|| {
+            Error::Config("this applier has no scan queue; schema changes need one to start their job".into())
+        })?;
+        let id = JobId::for_wal(&entry.id);
+        let params = index::IndexParams { field: index.field.clone(), version }.to_json();
+        let jobs = Jobs::new(self.store.clone(), self.wal.table().to_string(), queue);
+        jobs.start_as(id.clone(), kind, params, index::roots(kind, &index.field)).await?;
+        let field = index.field.clone();
+        crate::wal::schema_row::update(self.store.as_ref(), self.wal.table(), |_, added, _| {
+            match added.iter_mut().find(|a| a.field == field && a.version == version) {
+                Some(a) if a.job.is_none() => {
+                    a.job = Some(id.to_string());
+                    Ok(true)
+                }
+                _ => Ok(false),
+            }
+        })
+        .await?;
+        self.reload_schema().await?;
+        tracing::info!(field = %field, version, job = %id, kind = kind.name(), "schema change applied; job started");
+        Ok(())
+    }
+}
