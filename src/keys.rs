@@ -111,6 +111,20 @@ pub fn partition_key(field: &str, value: &str) -> Result<String, KeyError> {
     check_len("PartitionKey", field, escape_key(&raw))
 }
 
+/// The (lowercased) index field a PartitionKey built by [`partition_key`] belongs to: the
+/// `{n}_` prefix gives its length in characters. `None` for a key of another shape.
+///
+/// ```
+/// assert_eq!(table_catalog::keys::partition_field("3_eidf314").as_deref(), Some("eid"));
+/// assert_eq!(table_catalog::keys::partition_field("metadata"), None);
+/// ```
+pub fn partition_field(pk: &str) -> Option<String> {
+    let (n, rest) = pk.split_once('_')?;
+    let n: usize = n.parse().ok()?;
+    let field: String = rest.chars().take(n).collect();
+    (field.chars().count() == n && n > 0).then_some(field)
+}
+
 /// First 8 hex digits of MD5 over the lowercased index values joined by `|`. `values` must
 /// be in alphabetical order of their field names (see [`crate::schema::Schema`]); a missing
 /// value contributes the empty string.

@@ -165,6 +165,17 @@ impl Schema {
         self.added.iter().find(|a| a.field == field).map(|a| a.state)
     }
 
+    /// The state of the index whose PartitionKeys start like `pk` ([`keys::partition_field`],
+    /// compared lowercased as keys are), if any.
+    pub fn state_of_partition(&self, pk: &str) -> Option<IndexState> {
+        let field = keys::partition_field(pk)?;
+        let named = |f: &String| f.to_lowercase() == field;
+        if self.identity.iter().any(named) {
+            return Some(IndexState::Active);
+        }
+        self.added.iter().find(|a| named(&a.field)).map(|a| a.state)
+    }
+
     /// The active (queryable) index fields, in schema order.
     pub fn active_keys(&self) -> Vec<&str> {
         self.index_keys

@@ -12,7 +12,7 @@ use table_catalog::verify;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_airport_is_found_by_each_identifier_it_has() {
     let catalog = common::airports_catalog(common::Backend::Local).await;
-    let rows = import::read_file(&common::airports_csv(), Format::Csv, catalog.schema()).unwrap();
+    let rows = import::read_file(&common::airports_csv(), Format::Csv, &catalog.schema()).unwrap();
     assert_eq!(rows.len(), 28_403);
     let records: Vec<_> = rows.iter().map(|(_, r)| r.clone().unwrap()).collect();
     let summary = import::import_rows(&catalog, rows, 500, |_| {}).await.unwrap();
@@ -20,7 +20,7 @@ async fn every_airport_is_found_by_each_identifier_it_has() {
     catalog.recover().await.unwrap();
     assert_eq!(catalog.status().await.unwrap().pending, 0);
 
-    let report = verify::verify(catalog.store().as_ref(), &catalog.names().table, catalog.schema()).await.unwrap();
+    let report = verify::verify(catalog.store().as_ref(), &catalog.names().table, &catalog.schema()).await.unwrap();
     assert!(report.ok(), "{:?}", &report.violations[..report.violations.len().min(5)]);
     assert_eq!(report.records, 28_403);
     let expected_rows: usize = records

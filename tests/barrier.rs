@@ -140,7 +140,7 @@ async fn drain_and_check(y: &Catalog, inner: &Arc<dyn Store>, names: &Names, lab
     })
     .await;
     assert_eq!(visible(y).await, by_name([a(2)]), "{label}: the outcome of id order (C deleted, A's later write kept)");
-    let report = verify::verify(inner.as_ref(), &names.table, y.schema()).await.unwrap();
+    let report = verify::verify(inner.as_ref(), &names.table, &y.schema()).await.unwrap();
     assert!(report.ok(), "{label}: {:?}", report.violations);
     let st = y.status().await.unwrap();
     assert_eq!((st.pending, st.dead), (0, 0), "{label}: {st:?}");

@@ -18,7 +18,7 @@ fn airports_subset(n: usize) -> Vec<u8> {
 
 async fn export_lines(c: &Catalog) -> Vec<String> {
     let mut out = Vec::new();
-    let n = export::to_writer(c.store().as_ref(), &c.names().table, c.schema(), 11, &mut out, |_| {}).await.unwrap();
+    let n = export::to_writer(c.store().as_ref(), &c.names().table, &c.schema(), 11, &mut out, |_| {}).await.unwrap();
     let lines: Vec<String> = String::from_utf8(out).unwrap().lines().map(String::from).collect();
     assert_eq!(lines.len() as u64, n);
     lines
@@ -28,7 +28,7 @@ async fn export_lines(c: &Catalog) -> Vec<String> {
 async fn export_then_import_into_an_empty_catalog_reproduces_it() {
     for backend in common::backends() {
         let first = common::airports_catalog(backend).await;
-        let rows = import::read_csv(&airports_subset(150), first.schema()).unwrap();
+        let rows = import::read_csv(&airports_subset(150), &first.schema()).unwrap();
         let summary = import::import_rows(&first, rows, 100, |_| {}).await.unwrap();
         assert_eq!((summary.logged, summary.rejected.len()), (150, 0), "{backend:?}");
         first.recover().await.unwrap();
@@ -51,7 +51,7 @@ async fn export_then_import_into_an_empty_catalog_reproduces_it() {
         let (a, b): (BTreeSet<String>, BTreeSet<String>) =
             (exported.into_iter().collect(), again.into_iter().collect());
         assert_eq!(a, b, "{backend:?}: the export of the re-import is the same set of records");
-        let report = table_catalog::verify::verify(second.store().as_ref(), &second.names().table, second.schema())
+        let report = table_catalog::verify::verify(second.store().as_ref(), &second.names().table, &second.schema())
             .await
             .unwrap();
         assert!(report.ok() && report.records == 149, "{backend:?}: {report:?}");

@@ -118,7 +118,7 @@ async fn recover_and_check(store: Arc<dyn Store>, names: &Names, label: &str) ->
     assert!(drained.await.is_ok(), "{label}: WAL not drained within 60 s");
     c.sweep().await.unwrap();
     c.upsert(bos(), true).await.unwrap_or_else(|e| panic!("{label}: the WAL keeps flowing: {e}"));
-    let report = verify::verify(c.store().as_ref(), &names.table, c.schema()).await.unwrap();
+    let report = verify::verify(c.store().as_ref(), &names.table, &c.schema()).await.unwrap();
     assert!(report.ok(), "{label}: {:?}", report.violations);
     assert_eq!(c.status().await.unwrap().dead, 0, "{label}: nothing buried");
     let rows = verify::scan_all(c.store().as_ref(), &names.table).await.unwrap();

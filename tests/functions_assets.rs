@@ -324,6 +324,8 @@ const HTTP_FUNCTIONS: &[(&str, &str, &[&str], &str)] = &[
     ("jobs_id", "jobs/{id}", &["get", "delete"], "function"),
     ("jobs_findings", "jobs/{id}/findings", &["get"], "function"),
     ("export", "export", &["get"], "function"),
+    ("indexes", "indexes", &["get", "post"], "function"),
+    ("indexes_field", "indexes/{field}", &["delete"], "function"),
 ];
 
 #[test]

@@ -524,7 +524,7 @@ async fn a_verify_job_runs_through_the_scan_function_with_a_redelivered_work_ite
         .delete(&catalog.names().table, &pk, &keys.row_key, &table_catalog::store::IfMatch::Any)
         .await
         .unwrap();
-    let serial = table_catalog::verify::verify(catalog.store().as_ref(), &catalog.names().table, catalog.schema())
+    let serial = table_catalog::verify::verify(catalog.store().as_ref(), &catalog.names().table, &catalog.schema())
         .await
         .unwrap();
     assert_eq!(serial.total_findings(), 1, "{:?}", serial.violations);

@@ -28,9 +28,9 @@ async fn airports_plus_1000_updates_and_deletes_give_one_history_row_per_change(
     let count: usize = std::env::var("TC_HISTORY_AIRPORTS").ok().and_then(|v| v.parse().ok()).unwrap_or(4_000);
     let opts = CatalogOptions { history: HistoryOptions::on(), ..CatalogOptions::default() };
     let c = common::catalog_with(common::Backend::Local, common::airports_schema(), opts).await;
-    let schema: Schema = c.schema().clone();
+    let schema: Schema = c.schema().as_ref().clone();
     let identity = |r: &Record| schema.record_keys(r).unwrap().row_key;
-    let rows = import::read_file(&common::airports_csv(), Format::Csv, c.schema()).unwrap();
+    let rows = import::read_file(&common::airports_csv(), Format::Csv, &c.schema()).unwrap();
     let rows: Vec<_> = rows.into_iter().take(count).collect();
     let imported: Vec<Record> = rows.iter().map(|(_, r)| r.clone().unwrap()).collect();
     let summary = import::import_rows(&c, rows, 500, |_| {}).await.unwrap();

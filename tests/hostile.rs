@@ -584,7 +584,7 @@ async fn http_identifiers_with_reserved_and_control_characters_round_trip() {
         );
         assert_eq!(live.len(), values.len() - 4, "{backend:?}: a delete by a hostile value removed other records");
         let report =
-            table_catalog::verify::verify(h.catalog.store().as_ref(), &h.catalog.names().table, h.catalog.schema())
+            table_catalog::verify::verify(h.catalog.store().as_ref(), &h.catalog.names().table, &h.catalog.schema())
                 .await
                 .unwrap();
         assert!(report.ok(), "{backend:?}: {:?}", report.violations);
@@ -702,7 +702,7 @@ async fn http_odd_but_valid_records_round_trip_exactly() {
         }
         h.accepted("PUT").await;
         let report =
-            table_catalog::verify::verify(h.catalog.store().as_ref(), &h.catalog.names().table, h.catalog.schema())
+            table_catalog::verify::verify(h.catalog.store().as_ref(), &h.catalog.names().table, &h.catalog.schema())
                 .await
                 .unwrap();
         assert!(report.ok(), "{backend:?}: {:?}", report.violations);
@@ -1206,7 +1206,7 @@ async fn library_hostile_identifiers_and_odd_records_round_trip() {
             }
         }
         h.accepted("odd records").await;
-        let report = table_catalog::verify::verify(c.store().as_ref(), &c.names().table, c.schema()).await.unwrap();
+        let report = table_catalog::verify::verify(c.store().as_ref(), &c.names().table, &c.schema()).await.unwrap();
         assert!(report.ok(), "{backend:?}: {:?}", report.violations);
         h.canary("after library round trips").await;
     }
@@ -1494,7 +1494,7 @@ async fn queue_intents_with_hostile_values_and_message_ids_apply_once() {
         }
         assert_eq!(take_poison(&c).await, Vec::<Value>::new(), "{backend:?}: valid intents were poisoned");
         h.accepted("message ids").await;
-        let report = table_catalog::verify::verify(c.store().as_ref(), &c.names().table, c.schema()).await.unwrap();
+        let report = table_catalog::verify::verify(c.store().as_ref(), &c.names().table, &c.schema()).await.unwrap();
         assert!(report.ok(), "{backend:?}: {:?}", report.violations);
         h.canary("after intents").await;
     }
@@ -1681,7 +1681,7 @@ async fn cli_state(dir: &Path, ctx: &str) -> (Catalog, usize) {
     let c = open_cli_catalog(dir).await;
     let status = c.status().await.unwrap();
     assert_eq!((status.pending, status.dead), (0, 0), "{ctx}: pending/dead after import");
-    let report = table_catalog::verify::verify(c.store().as_ref(), &c.names().table, c.schema()).await.unwrap();
+    let report = table_catalog::verify::verify(c.store().as_ref(), &c.names().table, &c.schema()).await.unwrap();
     assert!(report.ok(), "{ctx}: {:?}", report.violations);
     (c, report.records)
 }

@@ -146,7 +146,7 @@ async fn verify_and_repair_jobs_survive_serve_being_killed_again_and_again() {
         let serial = {
             let c = setup.config().open().await.unwrap();
             let broken = corrupt(&c, records(backend)).await;
-            let report = verify::verify(c.store().as_ref(), &c.names().table, c.schema()).await.unwrap();
+            let report = verify::verify(c.store().as_ref(), &c.names().table, &c.schema()).await.unwrap();
             assert_eq!(report.total_findings(), broken, "{backend:?}: {:?}", report.findings);
             report
         };
@@ -173,7 +173,7 @@ async fn verify_and_repair_jobs_survive_serve_being_killed_again_and_again() {
             assert!(Instant::now() < deadline, "{backend:?}: {pending} entries still pending");
             tokio::time::sleep(Duration::from_secs(1)).await;
         }
-        let after = verify::verify(c.store().as_ref(), &c.names().table, c.schema()).await.unwrap();
+        let after = verify::verify(c.store().as_ref(), &c.names().table, &c.schema()).await.unwrap();
         assert!(after.ok(), "{backend:?}: after the repair job: {:?}", after.violations);
         assert_eq!(after.records, records(backend), "{backend:?}");
     }

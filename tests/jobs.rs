@@ -72,7 +72,7 @@ async fn a_verify_job_counts_what_a_serial_verify_counts_and_a_repair_job_fixes_
     for backend in common::backends() {
         let c = corrupted(backend, 400).await;
         let (store, table) = (c.store().as_ref(), c.names().table.clone());
-        let serial = verify::verify_with(store, &table, c.schema(), VerifyOptions { segment: 1000, concurrency: 8 })
+        let serial = verify::verify_with(store, &table, &c.schema(), VerifyOptions { segment: 1000, concurrency: 8 })
             .await
             .unwrap();
         assert_eq!(serial.total_findings(), 8 + 6, "{backend:?}: {:?}", serial.findings);
@@ -101,7 +101,7 @@ async fn a_verify_job_counts_what_a_serial_verify_counts_and_a_repair_job_fixes_
         assert_eq!(repaired.state, JobState::Done, "{backend:?}: {repaired:?}");
         assert_eq!(repaired.counters["upserts"], 14, "{backend:?}: {repaired:?}");
         c.recover().await.unwrap();
-        let after = verify::verify(store, &table, c.schema()).await.unwrap();
+        let after = verify::verify(store, &table, &c.schema()).await.unwrap();
         assert!(after.ok(), "{backend:?}: {:?}", after.violations);
         assert_eq!(after.records, 400, "{backend:?}");
     }

@@ -158,7 +158,7 @@ async fn three_serve_processes_killed_one_at_a_time_lose_nothing_and_converge() 
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 
-    let report = verify::verify(store.as_ref(), &names.table, catalog.schema()).await.unwrap();
+    let report = verify::verify(store.as_ref(), &names.table, &catalog.schema()).await.unwrap();
     assert!(report.ok(), "seed {seed}: {:?}", &report.violations[..report.violations.len().min(10)]);
     let history = history.lock().unwrap().clone();
     let mut lost = Vec::new();

@@ -87,7 +87,7 @@ async fn a_rebuild_job_rotates_the_hash_key_and_changes_the_row_key() {
 
         let dst = Rebuild::new(src.clone()).target(&params).await.unwrap();
         dst.recover().await.unwrap();
-        let report = verify::verify(dst.store().as_ref(), &dst.names().table, dst.schema()).await.unwrap();
+        let report = verify::verify(dst.store().as_ref(), &dst.names().table, &dst.schema()).await.unwrap();
         assert!(report.ok(), "{backend:?}: {:?}", report.violations);
         assert_eq!(report.records, 150, "{backend:?}");
         assert_eq!(dst.schema().row_key, "firstname");

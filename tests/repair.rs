@@ -47,7 +47,7 @@ const OLD: &str = "2001-01-01T00:00:00.000000_00000000-0000-0000-0000-0000000000
 /// (kind, RowKey, PartitionKey) of every finding of a verify.
 async fn findings(c: &Catalog) -> BTreeSet<(String, String, String)> {
     let opts = VerifyOptions { segment: 7, concurrency: 4 };
-    let report = verify::verify_with(c.store().as_ref(), &c.names().table, c.schema(), opts).await.unwrap();
+    let report = verify::verify_with(c.store().as_ref(), &c.names().table, &c.schema(), opts).await.unwrap();
     report
         .violations
         .iter()
@@ -74,7 +74,7 @@ async fn corrupt_verify_repair(backend: common::Backend) {
     let records: Vec<Record> = (0..30).map(airport).collect();
     c.upsert_many(records.clone(), false).await.unwrap();
     c.recover().await.unwrap();
-    let clean = verify::verify(c.store().as_ref(), &t, c.schema()).await.unwrap();
+    let clean = verify::verify(c.store().as_ref(), &t, &c.schema()).await.unwrap();
     assert!(clean.ok(), "{backend:?}: {:?}", clean.violations);
     assert_eq!(clean.records, 30);
 
@@ -125,7 +125,7 @@ async fn corrupt_verify_repair(backend: common::Backend) {
     let stray = [finding("unreadable", &rk_of(&c, r10), &pk_of(&c, r11, "iata"))].into_iter().collect::<BTreeSet<_>>();
     assert_eq!(findings(&c).await, stray, "{backend:?}: after repair only the unreadable row is left");
     c.store().delete(&t, &pk_of(&c, r11, "iata"), &rk_of(&c, r10), &IfMatch::Any).await.unwrap();
-    let after = verify::verify(c.store().as_ref(), &t, c.schema()).await.unwrap();
+    let after = verify::verify(c.store().as_ref(), &t, &c.schema()).await.unwrap();
     assert!(after.ok(), "{backend:?}: {:?}", after.violations);
     assert_eq!(after.records, 30, "{backend:?}: the orphans are deleted, every real record kept");
 
@@ -158,7 +158,7 @@ async fn a_delete_newer_than_the_live_rows_is_repaired_as_a_delete() {
         let report = repair::repair(&c, VerifyOptions::default(), |_| {}).await.unwrap();
         assert_eq!((report.upserts, report.deletes), (0, 1), "{backend:?}: {report:?}");
         c.recover().await.unwrap();
-        let after = verify::verify(c.store().as_ref(), &c.names().table, c.schema()).await.unwrap();
+        let after = verify::verify(c.store().as_ref(), &c.names().table, &c.schema()).await.unwrap();
         assert!(after.ok(), "{backend:?}: {:?}", after.violations);
         assert_eq!(after.records, 0);
     }

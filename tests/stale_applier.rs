@@ -113,7 +113,7 @@ async fn scenario(backend: common::Backend, then_delete: bool) {
     assert_eq!(gate.state().passed, 1, "{backend:?}: X's stale row write went out");
     y.recover().await.unwrap();
 
-    let report = verify::verify(inner.as_ref(), &names.table, y.schema()).await.unwrap();
+    let report = verify::verify(inner.as_ref(), &names.table, &y.schema()).await.unwrap();
     assert!(report.ok(), "{backend:?}: {:?}", report.violations);
     let found = y.query_all(&Filter::new(vec![("lid".into(), "JFK".into())])).await.unwrap();
     if then_delete {
@@ -176,7 +176,7 @@ async fn late_tombstone_scenario(backend: common::Backend) {
     let _ = within("X finishes", stale).await.unwrap();
     assert_eq!(gate.state().passed, 1, "{backend:?}: X's stale row write went out");
     y.recover().await.unwrap();
-    let report = verify::verify(inner.as_ref(), &names.table, y.schema()).await.unwrap();
+    let report = verify::verify(inner.as_ref(), &names.table, &y.schema()).await.unwrap();
     assert!(report.ok(), "{backend:?}: {:?}", report.violations);
     for (field, value) in [("icao", "KJFK"), ("iata", "JFK"), ("lid", "JFK")] {
         let found = y.query_all(&Filter::new(vec![(field.into(), value.into())])).await.unwrap();
@@ -238,7 +238,7 @@ async fn lease_lost_mid_page_scenario(backend: common::Backend) {
     assert_eq!(gate.state().passed, 1, "{backend:?}: X's stale row write went out");
     y.recover().await.unwrap();
     assert_eq!(y.status().await.unwrap().pending, 0);
-    let report = verify::verify(inner.as_ref(), &names.table, y.schema()).await.unwrap();
+    let report = verify::verify(inner.as_ref(), &names.table, &y.schema()).await.unwrap();
     assert!(report.ok(), "{backend:?}: {:?}", report.violations);
     assert_eq!(report.records, 200, "{backend:?}");
 }

@@ -30,6 +30,13 @@ impl Applier {
         };
         let op = if new_record.is_some() { ChangeOp::Replace } else { ChangeOp::Delete };
         let schema = self.schema();
+        // Validated against an active index when logged; the index was dropped since.
+        if let Some((field, _)) = filter.fields.iter().find(|(f, _)| !schema.is_index(f)) {
+            return Err(crate::Error::invalid(format!(
+                "filter: index '{field}' was dropped before this entry was applied; active index fields are {}",
+                schema.active_keys().join(", ")
+            )));
+        }
         let new_keys = new_record.map(|r| schema.record_keys(r)).transpose()?;
         let new_identity = new_keys.as_ref().map(|k| &k.row_key);
         let new_rows: BTreeSet<(String, String)> =

@@ -162,6 +162,7 @@ pub async fn run(cli: Cli) -> Result<ExitCode> {
         Command::Verify(args) => return super::whole_table::verify(&catalog, &args).await,
         Command::Repair(args) => return super::whole_table::repair(&catalog, &args).await,
         Command::Jobs { action } => return super::jobs::run(catalog, action).await,
+        Command::Index { action } => return super::index::run(catalog, action).await,
         Command::Rebuild { into, new_row_key, new_index_keys, new_hashed_keys, new_redact, segment, parallel } => {
             let mut params = serde_json::json!({ "into": into, "segment": segment });
             let lists = [("index_keys", new_index_keys), ("hashed_keys", new_hashed_keys), ("redact_keys", new_redact)];

@@ -111,7 +111,7 @@ async fn print_findings(jobs: &Jobs, id: &JobId) -> Result<()> {
 }
 
 /// Runs `parallel` workers on the scan queue until job `id` is final, with a progress bar.
-async fn follow(catalog: &Arc<Catalog>, jobs: &Jobs, id: &JobId, parallel: usize) -> Result<Job> {
+pub(super) async fn follow(catalog: &Arc<Catalog>, jobs: &Jobs, id: &JobId, parallel: usize) -> Result<Job> {
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let opts = ServeOptions { scan_workers: parallel.max(1), ..ServeOptions::default() };
     let worker = tokio::spawn(server::run_scan_worker(catalog.clone(), opts, stop_rx));

@@ -3,6 +3,7 @@
 
 mod bench;
 mod commands;
+mod index;
 mod jobs;
 mod whole_table;
 
@@ -257,6 +258,11 @@ pub enum Command {
     Jobs {
         #[command(subcommand)]
         action: jobs::JobsAction,
+    },
+    /// Add, drop and list indexes of a live catalog (online: writes go on).
+    Index {
+        #[command(subcommand)]
+        action: index::IndexAction,
     },
     /// List the WAL's dead entries (entries that can never be applied), one JSON object per
     /// line with the reason each died.

@@ -21,6 +21,7 @@
 
 pub mod error;
 pub mod jobs;
+pub mod indexes;
 
 use std::sync::Arc;
 
@@ -74,6 +75,7 @@ pub fn router(catalog: AppState) -> Router {
         .route("/api/status", get(status))
         .route("/api/metrics", get(metrics))
         .merge(jobs::routes())
+        .merge(indexes::routes())
         .with_state(catalog)
 }
 

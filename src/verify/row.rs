@@ -25,7 +25,7 @@ use super::finding::{Finding, FindingKind, RowState, SeenRow};
 use crate::error::Result;
 use crate::query::Filter;
 use crate::record::{self, Record, RowMeta};
-use crate::schema::{RecordKeys, Schema};
+use crate::schema::{IndexState, RecordKeys, Schema};
 use crate::store::{Entity, TableStore};
 
 /// What re-logging a record's latest state means (`repair`).
@@ -108,6 +108,10 @@ async fn read(store: &dyn TableStore, table: &str, schema: &Schema, pk: &str, ro
 pub async fn check_row(store: &dyn TableStore, table: &str, schema: &Schema, entity: Entity) -> Result<RowCheck> {
     let meta = RowMeta::of(&entity);
     let tombstone = meta.deleted;
+    // A row of an index being dropped: its job removes it; nothing to judge.
+    if schema.state_of_partition(&entity.partition_key) == Some(IndexState::Dropping) {
+        return Ok(RowCheck { tombstone, record: None, findings: Vec::new() });
+    }
     let (keys, position) = match belongs(schema, &entity, &meta) {
         Ok(b) => b,
         // A delete of a row another client wrote, which the schema cannot key, leaves a
@@ -133,12 +137,12 @@ pub async fn check_row(store: &dyn TableStore, table: &str, schema: &Schema, ent
     slots.push(Slot { pk: entity.partition_key.clone(), row: Some((entity, meta)) });
     let later = keys.partitions[position + 1..].iter().map(|(_, pk)| read(store, table, schema, pk, row_key));
     slots.extend(try_join_all(later).await?);
-    let (record, findings) = judge(&keys, &slots);
+    let (record, findings) = judge(schema, &keys, &slots);
     Ok(RowCheck { tombstone, record: Some(record), findings })
 }
 
 /// The verdict on a record from all its expected rows, in schema order.
-fn judge(keys: &RecordKeys, slots: &[Slot]) -> (RecordCheck, Vec<Finding>) {
+fn judge(schema: &Schema, keys: &RecordKeys, slots: &[Slot]) -> (RecordCheck, Vec<Finding>) {
     let live: Vec<&Slot> = slots.iter().filter(|s| s.live()).collect();
     if live.is_empty() {
         // A deleted record: tombstones only (some may have been swept).
@@ -169,9 +173,10 @@ fn judge(keys: &RecordKeys, slots: &[Slot]) -> (RecordCheck, Vec<Finding>) {
         let kind = FindingKind::OrphanRow { pk: live[0].pk.clone() };
         return (RecordCheck { live: true, fix: delete() }, vec![finding(kind)]);
     }
+    // A backfilling index's row may be missing until its job has passed the record.
     let mut findings: Vec<Finding> = slots
         .iter()
-        .filter(|s| s.row.is_none())
+        .filter(|s| s.row.is_none() && schema.state_of_partition(&s.pk) != Some(IndexState::Backfilling))
         .map(|s| finding(FindingKind::MissingRow { pk: s.pk.clone() }))
         .collect();
     for slot in &live {
