@@ -46,7 +46,9 @@ pub enum Error {
     IndexNotReady(String),
     /// The catalog's schema changed (to this version) while the write was being logged;
     /// nothing was written. The catalog re-reads the schema and validates the write again.
-    #[error("the catalog's schema changed to version {0} while the write was being logged; nothing was written, retry")]
+    #[error(
+        "the catalog's schema changed to version {0} while the write was being logged; nothing was written, retry"
+    )]
     SchemaChanged(u64),
     /// The storage backend failed.
     #[error(transparent)]

@@ -120,7 +120,8 @@ pub async fn list(catalog: &Catalog) -> Result<Vec<IndexInfo>> {
 
 async fn info_of(catalog: &Catalog, a: &AddedIndex) -> Result<IndexInfo> {
     let progress = match (&a.job, a.state) {
-        (Some(id), IndexState::Backfilling | IndexState::Dropping) => match jobs(catalog).get(&JobId::parse(id)?).await {
+        (Some(id), IndexState::Backfilling | IndexState::Dropping) => match jobs(catalog).get(&JobId::parse(id)?).await
+        {
             Ok(job) => Some(job),
             Err(Error::NotFound(_)) => None,
             Err(e) => return Err(e),
@@ -263,9 +264,8 @@ pub async fn lookup_schema(catalog: &Catalog, filter: &Filter) -> Result<Arc<Sch
     match filter.validate(&schema) {
         Ok(()) => Ok(schema),
         Err(Error::IndexNotReady(message)) => {
-            let field = filter.fields.iter().map(|(f, _)| f).find(|f| {
-                schema.index_state(f) == Some(IndexState::Backfilling)
-            });
+            let field =
+                filter.fields.iter().map(|(f, _)| f).find(|f| schema.index_state(f) == Some(IndexState::Backfilling));
             let added = field.and_then(|f| schema.added().iter().find(|a| a.field == *f));
             let progress = match added {
                 Some(a) => progress_text(catalog, a).await,

@@ -178,11 +178,7 @@ impl Schema {
 
     /// The active (queryable) index fields, in schema order.
     pub fn active_keys(&self) -> Vec<&str> {
-        self.index_keys
-            .iter()
-            .filter(|k| self.index_state(k) == Some(IndexState::Active))
-            .map(String::as_str)
-            .collect()
+        self.index_keys.iter().filter(|k| self.index_state(k) == Some(IndexState::Active)).map(String::as_str).collect()
     }
 
     /// True when some maintained index does not feed the fingerprint (an added index): an

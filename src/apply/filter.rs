@@ -117,7 +117,11 @@ impl Applier {
     }
 
     /// Records the tombstones entry `id` is about to write, so the sweeper can find them.
-    pub(crate) async fn index_tombstones<'a>(&self, id: &WalId, rows: impl Iterator<Item = &'a (String, String)>) -> Result<()> {
+    pub(crate) async fn index_tombstones<'a>(
+        &self,
+        id: &WalId,
+        rows: impl Iterator<Item = &'a (String, String)>,
+    ) -> Result<()> {
         let entities: Vec<Entity> = rows
             .map(|(pk, rk)| {
                 let hash = crate::keys::fingerprint([format!("{pk}\u{1}{rk}").as_str()]);

@@ -214,7 +214,8 @@ pub async fn rebuild(catalog: Arc<Catalog>, params: serde_json::Value, parallel:
     let job = run_job(&catalog, &jobs, JobKind::Rebuild, params.clone(), parallel).await?;
     let target = table_catalog::jobs::rebuild::Rebuild::new(catalog.clone()).target(&params).await?;
     let applied = target.recover().await?.applied();
-    let report = table_catalog::verify::verify(target.store().as_ref(), &target.names().table, &target.schema()).await?;
+    let report =
+        table_catalog::verify::verify(target.store().as_ref(), &target.names().table, &target.schema()).await?;
     let out = json!({
         "job": job.id,
         "into": target.names().table,

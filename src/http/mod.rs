@@ -20,8 +20,8 @@
 //! 415 not JSON, 503 storage unavailable, 504 `wait` timed out (the write stays durable).
 
 pub mod error;
-pub mod jobs;
 pub mod indexes;
+pub mod jobs;
 
 use std::sync::Arc;
 

@@ -61,7 +61,9 @@ impl IndexParams {
         if let Some(unknown) =
             params.as_object().and_then(|o| o.keys().find(|k| !["field", "version", "segment"].contains(&k.as_str())))
         {
-            return Err(Error::invalid(format!("params.{unknown}: unknown parameter (known: field, version, segment)")));
+            return Err(Error::invalid(format!(
+                "params.{unknown}: unknown parameter (known: field, version, segment)"
+            )));
         }
         let field = params
             .get("field")
@@ -175,8 +177,9 @@ impl JobRunner for IndexJob {
     async fn run(&self, job: &Job, step: &Json) -> Result<StepResult> {
         let p = IndexParams::of(&job.params)?;
         let step = scan_step(step)?;
-        let out = scan::run_step(self.catalog.store().as_ref(), &self.catalog.names().table, &step, segment_of(&job.params)?)
-            .await?;
+        let out =
+            scan::run_step(self.catalog.store().as_ref(), &self.catalog.names().table, &step, segment_of(&job.params)?)
+                .await?;
         let counters = match self.kind {
             JobKind::DropIndex => self.drop_rows(&p, out.entities).await?,
             _ => self.backfill(&p, out.entities).await?,

@@ -45,6 +45,18 @@ pub enum FindingKind {
         /// The orphan's partition.
         pk: String,
     },
+    /// The live row in `pk`, of an index added online, is a value its record no longer has:
+    /// an earlier row of the record (by schema order) is newer and does not list this
+    /// partition. The apply of the upsert that moved the record tombstones such a row, so
+    /// this is only seen with entries pending (verify a drained WAL) or after a fault.
+    /// `repair` does not re-log anything for it (the record itself is consistent); dropping
+    /// and adding the index again removes it.
+    MovedRow {
+        /// The left-behind row's partition.
+        pk: String,
+        /// The WAL id of the record's newer row.
+        newest: String,
+    },
     /// The row in `pk` differs from the record's newest row (by WAL id, or by payload under
     /// the same WAL id). `repair` re-logs the newest row.
     Stale {
@@ -74,6 +86,7 @@ impl FindingKind {
         match self {
             FindingKind::MissingRow { .. } => "missing_row",
             FindingKind::OrphanRow { .. } => "orphan_row",
+            FindingKind::MovedRow { .. } => "moved_row",
             FindingKind::Stale { .. } => "stale",
             FindingKind::SplitState => "split_state",
             FindingKind::Unreadable { .. } => "unreadable",

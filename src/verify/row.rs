@@ -128,9 +128,24 @@ pub async fn check_row(store: &dyn TableStore, table: &str, schema: &Schema, ent
     let mut slots = Vec::with_capacity(keys.partitions.len());
     for (_, pk) in &keys.partitions[..position] {
         let slot = read(store, table, schema, pk, row_key).await?;
-        if slot.row.is_some() {
-            // An earlier row exists: it reports the record.
-            return Ok(RowCheck { tombstone, record: None, findings: Vec::new() });
+        if let Some((earlier, earlier_meta)) = &slot.row {
+            // An earlier row exists: it reports the record. It does not know this row if
+            // this row is a value of an added index that a newer version of the record no
+            // longer has (the record moved away from it): that is reported here.
+            let mut findings = Vec::new();
+            if !tombstone && earlier_meta.wal_id > meta.wal_id {
+                let newer = schema.record_keys(&record::payload(earlier, earlier_meta));
+                if newer.is_ok_and(|k| !k.partitions.iter().any(|(_, p)| *p == entity.partition_key)) {
+                    let kind =
+                        FindingKind::MovedRow { pk: entity.partition_key.clone(), newest: earlier_meta.wal_id.clone() };
+                    let rows = vec![
+                        slot.seen(),
+                        Slot { pk: entity.partition_key.clone(), row: Some((entity.clone(), meta.clone())) }.seen(),
+                    ];
+                    findings.push(Finding { kind, row_key: entity.row_key.clone(), rows });
+                }
+            }
+            return Ok(RowCheck { tombstone, record: None, findings });
         }
         slots.push(slot);
     }

@@ -184,7 +184,7 @@ mod tests {
             op: Op::Delete { filter: Filter::default() },
             schema_version: 0,
         }
-            .to_entity("wal");
+        .to_entity("wal");
         e.properties.insert("v".into(), Value::Int32(99));
         assert!(WalEntry::from_entity(&e).unwrap_err().reason.contains("version"));
         e.properties.insert("v".into(), Value::Int32(1));
