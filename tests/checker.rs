@@ -52,9 +52,11 @@
 #![cfg(feature = "fault-injection")]
 
 mod common;
+#[path = "checker/indexes.rs"]
+mod index_changes;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -176,6 +178,7 @@ impl Universe {
         r.insert("lid".into(), json!(self.lid[rng.gen_range(0..self.lid.len())]));
         r.insert("v".into(), json!(rng.gen::<u32>()));
         r.insert("by".into(), json!(client));
+        index_changes::set_values(&mut r);
         r
     }
 
@@ -196,6 +199,7 @@ impl Universe {
         r.insert("lid".into(), json!(""));
         r.insert("v".into(), json!(rng.gen::<u32>()));
         r.insert("by".into(), json!(client));
+        index_changes::set_values(&mut r);
         r
     }
 
@@ -460,6 +464,30 @@ async fn check(backend: common::Backend, run: Run) {
         background.push(tokio::spawn(server::run_sweeper(c.clone(), sweep_every, stop_rx.clone())));
     }
 
+    // Online index changes: jobs run on two of the faulty instances' scan workers; the
+    // operator changes the schema through an instance of its own (see `index_changes`).
+    let changes = index_changes::changes();
+    let operator_instance = match changes {
+        0 => None,
+        _ => Some(open_instance(inner.clone(), &names, &u.schema, 0, shards).await),
+    };
+    if changes > 0 {
+        for c in catalogs.iter().take(2) {
+            let opts = ServeOptions {
+                scan_workers: 2,
+                worker: WorkerOptions { lease: Duration::from_secs(5), ..WorkerOptions::default() },
+                policy: QueuePolicy {
+                    max_polling_interval: Duration::from_millis(if local { 50 } else { 250 }),
+                    max_dequeue_count: 1000,
+                    retry_delay: Duration::from_secs(1),
+                    ..QueuePolicy::host()
+                },
+                ..ServeOptions::default()
+            };
+            background.push(tokio::spawn(server::run_scan_worker(c.clone(), opts, stop_rx.clone())));
+        }
+    }
+
     let audit_period = Duration::from_millis(if local { 10 } else { 100 });
     let auditor = tokio::spawn(audit(inner.clone(), names.table.clone(), audit_period, stop_rx.clone()));
 
@@ -642,10 +670,32 @@ async fn check(backend: common::Backend, run: Run) {
             }
         }));
     }
+    let clients_done = Arc::new(AtomicBool::new(false));
+    let timeline = Arc::new(index_changes::Timeline::new());
+    let operator = operator_instance.clone().map(|c| {
+        let poll = Duration::from_millis(if local { 50 } else { 300 });
+        let (timeline, history, clients_done) = (timeline.clone(), history.clone(), clients_done.clone());
+        tokio::spawn(index_changes::operate(c, timeline, changes, seed, ops, history, clients_done, poll))
+    });
+    let reader = (changes > 0).then(|| {
+        let period = Duration::from_millis(if local { 30 } else { 200 });
+        tokio::spawn(index_changes::read_indexes(catalogs.clone(), clock.clone(), seed, period, clients_done.clone()))
+    });
     for t in tasks {
         t.await.unwrap();
     }
     let issued_secs = started.elapsed().as_secs_f64();
+    // The operator finishes its changes (the clients are done) and waits until they are
+    // done; the reader stops with the clients.
+    clients_done.store(true, Ordering::Relaxed);
+    let operated = match operator {
+        Some(o) => o.await.unwrap(),
+        None => index_changes::Operated::default(),
+    };
+    let lookups = match reader {
+        Some(r) => r.await.unwrap(),
+        None => Vec::new(),
+    };
     let _ = hogs_stop.send(true);
     let mut hogged = 0;
     for h in hogs {
@@ -707,9 +757,16 @@ async fn check(backend: common::Backend, run: Run) {
     let status = c0.status().await.unwrap();
     assert_eq!((status.pending, status.dead, status.poison), (0, 0, 0), "seed {seed} shards {shards}: {status:?}");
 
-    // Convergence.
-    let report = verify::verify(c0.store().as_ref(), &names.table, &u.schema).await.unwrap();
-    assert!(report.ok(), "seed {seed} shards {shards}: {:?}", &report.violations[..report.violations.len().min(10)]);
+    // Convergence, under the final schema (with the indexes added and not dropped).
+    c0.applier().reload_schema().await.unwrap();
+    let final_schema = c0.schema();
+    let report = verify::verify(c0.store().as_ref(), &names.table, &final_schema).await.unwrap();
+    assert!(
+        report.ok(),
+        "seed {seed} shards {shards}: {:?}: {:?}",
+        report.findings,
+        &report.violations[..report.violations.len().min(10)]
+    );
     let rows = verify::scan_all(c0.store().as_ref(), &names.table).await.unwrap();
     let live = verify::live_records(&rows);
 
@@ -773,24 +830,45 @@ async fn check(backend: common::Backend, run: Run) {
     for read in &reads {
         let Some(found) = &read.found else { continue };
         let identity = identities.get(&read.rk).unwrap_or(&read.identity);
-        let before: Vec<Op> = history
-            .iter()
-            .filter(|o| o.issued < read.ended)
-            .map(|o| {
-                let acked = o.acked && o.ended < read.issued;
-                Op { acked, ended: if acked { o.ended } else { u64::MAX }, ..o.clone() }
-            })
-            .collect();
-        let touching: Vec<(&Op, Effect)> =
-            before.iter().filter_map(|o| effect(o, &read.rk, identity).map(|e| (o, e))).collect();
         let actual = found.clone().map_or(Effect::Absent, Effect::Write);
-        if !valid_outcomes(&touching).contains(&actual) {
+        if !outcomes_at(&history, &read.rk, identity, read.issued, read.ended).contains(&actual) {
             violations.push(format!(
                 "consistent read of {} (issued {}, ended {}) returned {actual:?}, not a state the writes acknowledged before it allow",
                 read.rk, read.issued, read.ended
             ));
         }
     }
+    // Online index changes: every lookup by an added field against the index's states and
+    // the model, then the final indexes against the final state.
+    let mut counts = index_changes::LookupCounts::default();
+    let mut index_summary = String::from("no index changes");
+    if let Some(op) = &operator_instance {
+        let touching: BTreeMap<String, (Record, Vec<Op>)> = identities
+            .iter()
+            .map(|(rk, id)| (rk.clone(), (id.clone(), history.iter().filter(|o| effect(o, rk, id).is_some()).cloned().collect())))
+            .collect();
+        let lookup_violations = index_changes::check_lookups(&u, &lookups, &timeline, &touching, &mut counts);
+        let (final_violations, summary) = index_changes::check_final(op, &live).await;
+        violations.extend(lookup_violations);
+        violations.extend(final_violations);
+        index_summary = format!(
+            "{} adds and {} drops ({} while the clients wrote); final: {summary}, verify under schema version {} clean",
+            operated.adds,
+            operated.drops,
+            operated.during_writes,
+            final_schema.version()
+        );
+    }
+    eprintln!(
+        "checker {backend:?} seed {seed} shards {shards}: indexes: {index_summary}; {} lookups by added fields: {} index_not_ready, \
+         {} invalid, {} answered, {} consistent ones checked exactly ({} records)",
+        lookups.len(),
+        counts.not_ready,
+        counts.invalid,
+        counts.answered,
+        counts.exact,
+        counts.exact_records
+    );
     let stray: BTreeSet<&String> = live.keys().filter(|k| !identities.contains_key(*k)).collect();
     assert!(stray.is_empty(), "seed {seed} shards {shards}: records nobody wrote: {stray:?}");
     let (calls, injected): (u64, u64) = faulty.iter().map(|f| f.counts()).fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1));
@@ -933,8 +1011,11 @@ fn check_history(
 /// The final states of one record identity that the operations touching it allow: the
 /// effect of any operation that no acknowledged operation issued after it ended supersedes.
 fn valid_outcomes(touching: &[(&Op, Effect)]) -> Vec<Effect> {
+    // Superseded: ended before the last acknowledged operation was issued (linear, as the
+    // index lookups check thousands of identities' outcomes).
+    let last_acked = touching.iter().filter(|(a, _)| a.acked).map(|(a, _)| a.issued).max();
     let maximal: Vec<&(&Op, Effect)> =
-        touching.iter().filter(|(o, _)| !touching.iter().any(|(a, _)| a.acked && a.issued > o.ended)).collect();
+        touching.iter().filter(|(o, _)| last_acked.is_none_or(|issued| issued <= o.ended)).collect();
     let mut valid: Vec<Effect> = maximal.iter().map(|(_, e)| e.clone()).collect();
     if !touching.iter().any(|(o, _)| o.acked) || maximal.iter().all(|(o, _)| !o.acked) {
         // Only unacknowledged operations could be last: any of them may never have been
@@ -943,6 +1024,23 @@ fn valid_outcomes(touching: &[(&Op, Effect)]) -> Vec<Effect> {
         valid.extend(touching.iter().filter(|(o, _)| o.acked).map(|(_, e)| e.clone()));
     }
     valid
+}
+
+/// The states of identity `rk` that a read issued at `issued` and ended at `ended` (logical
+/// times) may return: the outcomes the operations issued before it ended allow, counting as
+/// acknowledged only those acknowledged before it began (later ones were concurrent with it
+/// and may or may not show).
+fn outcomes_at(ops: &[Op], rk: &str, identity: &Record, issued: u64, ended: u64) -> Vec<Effect> {
+    let before: Vec<Op> = ops
+        .iter()
+        .filter(|o| o.issued < ended)
+        .map(|o| {
+            let acked = o.acked && o.ended < issued;
+            Op { acked, ended: if acked { o.ended } else { u64::MAX }, ..o.clone() }
+        })
+        .collect();
+    let touching: Vec<(&Op, Effect)> = before.iter().filter_map(|o| effect(o, rk, identity).map(|e| (o, e))).collect();
+    valid_outcomes(&touching)
 }
 
 /// Seed 13 on Azurite with 16 shards: an upsert failed (a 503 after its WAL entry was
