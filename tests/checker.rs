@@ -845,7 +845,9 @@ async fn check(backend: common::Backend, run: Run) {
     if let Some(op) = &operator_instance {
         let touching: BTreeMap<String, (Record, Vec<Op>)> = identities
             .iter()
-            .map(|(rk, id)| (rk.clone(), (id.clone(), history.iter().filter(|o| effect(o, rk, id).is_some()).cloned().collect())))
+            .map(|(rk, id)| {
+                (rk.clone(), (id.clone(), history.iter().filter(|o| effect(o, rk, id).is_some()).cloned().collect()))
+            })
             .collect();
         let lookup_violations = index_changes::check_lookups(&u, &lookups, &timeline, &touching, &mut counts);
         let (final_violations, summary) = index_changes::check_final(op, &live).await;

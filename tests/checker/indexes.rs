@@ -296,7 +296,8 @@ pub async fn operate(
                 gone_seen: None,
             };
             timeline.epochs.lock().unwrap().entry(field.to_string()).or_default().push(epoch);
-            let change = indexes::add(&c, field).await.unwrap_or_else(|e| panic!("seed {seed}: index add {field}: {e}"));
+            let change =
+                indexes::add(&c, field).await.unwrap_or_else(|e| panic!("seed {seed}: index add {field}: {e}"));
             assert_eq!(change.index.state, IndexState::Backfilling, "seed {seed}: add {field}");
             let ended = Instant::now();
             timeline.epochs.lock().unwrap().get_mut(field).unwrap().last_mut().unwrap().added_ended = ended;
@@ -459,7 +460,10 @@ pub fn check_lookups(
             Seen::Answered => counts.answered += 1,
         }
         if !timeline.allows(l.field, seen, partial, from, l.until) {
-            out.push(format!("{what}: {seen:?}, which no state of the index then allows: {:?}", timeline.epochs(l.field)));
+            out.push(format!(
+                "{what}: {seen:?}, which no state of the index then allows: {:?}",
+                timeline.epochs(l.field)
+            ));
             continue;
         }
         let Answer::Found(found) = &l.answer else { continue };
@@ -550,7 +554,8 @@ pub async fn check_final(c: &Catalog, live: &BTreeMap<String, Record>) -> (Vec<S
             Some(other) => out.push(format!("index {field} still {} at quiescence", other.name())),
             None => {
                 let prefix = table_catalog::jobs::index::partition_prefix(field);
-                let range = PartitionRange { after: Some(prefix.clone()), before: None, to: Some(format!("{prefix}\u{ffff}")) };
+                let range =
+                    PartitionRange { after: Some(prefix.clone()), before: None, to: Some(format!("{prefix}\u{ffff}")) };
                 let left = c.store().query_partitions(&c.names().table, &range, 1000, None).await.unwrap();
                 if !left.entities.is_empty() {
                     out.push(format!("{} rows of {field}, not an index, are left", left.entities.len()));
