@@ -466,7 +466,7 @@ async fn check(backend: common::Backend, run: Run) {
 
     // Online index changes: jobs run on two of the faulty instances' scan workers; the
     // operator changes the schema through an instance of its own (see `index_changes`).
-    let changes = index_changes::changes();
+    let changes = index_changes::changes(shards);
     let operator_instance = match changes {
         0 => None,
         _ => Some(open_instance(inner.clone(), &names, &u.schema, 0, shards).await),
@@ -675,11 +675,13 @@ async fn check(backend: common::Backend, run: Run) {
     let operator = operator_instance.clone().map(|c| {
         let poll = Duration::from_millis(if local { 50 } else { 300 });
         let (timeline, history, clients_done) = (timeline.clone(), history.clone(), clients_done.clone());
-        tokio::spawn(index_changes::operate(c, timeline, changes, seed, ops, history, clients_done, poll))
+        tokio::spawn(index_changes::operate(c, timeline, changes, seed, shards, ops, history, clients_done, poll))
     });
     let reader = (changes > 0).then(|| {
-        let period = Duration::from_millis(if local { 30 } else { 200 });
-        tokio::spawn(index_changes::read_indexes(catalogs.clone(), clock.clone(), seed, period, clients_done.clone()))
+        let period = Duration::from_millis(if local { 100 } else { 300 });
+        let (catalogs, timeline, clock, stop) =
+            (catalogs.clone(), timeline.clone(), clock.clone(), clients_done.clone());
+        tokio::spawn(index_changes::read_indexes(catalogs, timeline, clock, seed, period, stop))
     });
     for t in tasks {
         t.await.unwrap();
