@@ -8,6 +8,9 @@
 # (TC_CHECKER_READS 0.01, TC_CHECKER_FROZEN 0.1 unless set), as each costs a client up to
 # seconds of waiting.
 #
+# Online index changes (issue 13): TC_CHECKER_INDEX_CHANGES index adds and drops per run
+# (default here 20; 0 disables), spread over the run by the clients' progress.
+#
 # SHARDS is the WAL shard count (TC_CHECKER_SHARDS: one count, or several separated by commas,
 # which then share the OPS). Prints a progress line every 30 s and, at the end, one summary
 # line (operations, faults injected, audit scans, violations) and one workload line per run
@@ -52,7 +55,8 @@ if [ "$backend" = azurite ]; then
     source scripts/azurite.sh start
 fi
 
-echo "checker_long: backend=$backend ops=$ops seed=$seed clients=$clients shards=$shards ($(nproc) CPUs, commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet HEAD 2>/dev/null || echo ', uncommitted changes'), binary $(basename "$exe"))"
+echo "checker_long: backend=$backend ops=$ops seed=$seed clients=$clients shards=$shards index_changes=${TC_CHECKER_INDEX_CHANGES:-20} ($(nproc) CPUs, commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet HEAD 2>/dev/null || echo ', uncommitted changes'), binary $(basename "$exe"))"
 TC_CHECKER_READS="${TC_CHECKER_READS:-0.01}" TC_CHECKER_FROZEN="${TC_CHECKER_FROZEN:-0.1}" \
+TC_CHECKER_INDEX_CHANGES="${TC_CHECKER_INDEX_CHANGES:-20}" \
 TC_CHECKER_OPS="$ops" TC_CHECKER_SEED="$seed" TC_CHECKER_CLIENTS="$clients" TC_CHECKER_SHARDS="$shards" \
     TC_CHECKER_BACKEND="$backend" "$work/checker" --nocapture

@@ -46,6 +46,18 @@
 //! an upsert is often still pending when its delete reaches the head of shard 0. With the
 //! barrier removed, the checker fails (docs/RELIABILITY.md).
 //!
+//! Online index changes (issue 13, [`index_changes`]): in runs with several shards a schema
+//! operator adds and drops indexes on the records' non-identity fields (`country`, `tz`,
+//! `subd`, which every write sets from small value sets, so records move between values)
+//! while the clients write (`TC_CHECKER_INDEX_CHANGES` per run, default 2; 0 disables), scan
+//! workers on two instances run the backfill and drop jobs, and a reader looks records up by
+//! the added fields through every instance. Each lookup's answer (`index_not_ready`,
+//! `Invalid`, records) must be one the index's states during the lookup allow, and a
+//! consistent lookup while the index was surely active must return exactly the records the
+//! model allows. At quiescence `verify` runs under the final schema (`moved_row` included),
+//! every active added index finds exactly the live records of each value, and no row of a
+//! dropped index is left.
+//!
 //! Bounded runs are part of `scripts/test.sh`; long runs: `scripts/checker_long.sh local`
 //! (100,000 operations) and `scripts/checker_long.sh azurite` (20,000), or by hand:
 //! `TC_CHECKER_OPS=100000 TC_CHECKER_SEED=7 TC_CHECKER_CLIENTS=8 TC_CHECKER_SHARDS=4 TC_CHECKER_BACKEND=local cargo test --release --features fault-injection --test checker -- --nocapture`.

@@ -7,8 +7,8 @@
 //! from small value sets by its random `v` ([`set_values`]), so upserts and replaces move
 //! records between values and many records share one.
 //!
-//! **The operator** ([`operate`]) makes `TC_CHECKER_INDEX_CHANGES` changes (default 2 per
-//! run), spread over the run by the clients' progress: it adds a field that is not an index,
+//! **The operator** ([`operate`]) makes `TC_CHECKER_INDEX_CHANGES` changes ([`changes`]),
+//! spread over the run by the clients' progress: it adds a field that is not an index,
 //! or drops an added index it saw active (a seeded choice), and half the time waits until the
 //! change is done (active, or gone) before the next one; so an add may overlap a drop, as in
 //! "add A, wait, add B, drop A, wait". It changes the schema through an instance of its own
@@ -42,7 +42,7 @@
 //! after its schema row is written (a 503 after commit, or a failure while raising the
 //! clock's version or logging the entry) leaves the index `backfilling` with no job, and a
 //! retry is refused as "already an index": see
-//! `tests/indexes.rs::an_add_that_failed_after_its_schema_row_was_written_can_be_completed`.
+//! `tests/indexes.rs`, `an_add_that_failed_after_its_schema_row_was_written_can_be_completed`.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
