@@ -107,8 +107,19 @@ fn appliers(cs: [Arc<Catalog>; 2], stop: Arc<AtomicBool>) -> tokio::task::JoinHa
     })
 }
 
-async fn state_of(c: &Catalog, field: &str) -> Option<IndexState> {
-    indexes::list(c).await.unwrap().into_iter().find(|i| i.field == field).map(|i| i.state)
+/// Waits (up to 5 minutes: Azurite shares its one thread with the writers) until index
+/// `field` is in state `want` (`None`: gone); fails showing the index and its job.
+async fn wait_state(c: &Catalog, field: &str, want: Option<IndexState>, label: &str) {
+    let started = std::time::Instant::now();
+    loop {
+        let list = indexes::list(c).await.unwrap();
+        let index = list.iter().find(|i| i.field == field);
+        if index.map(|i| i.state) == want {
+            return;
+        }
+        assert!(started.elapsed() < Duration::from_secs(300), "{label}: {field} not {want:?} in 5 minutes: {index:?}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }
 
 /// Every live record once, from a whole-table export.
@@ -195,10 +206,7 @@ async fn indexes_added_and_dropped_while_8_writers_write_leave_a_consistent_cata
                 }
                 c.query(&lookup.clone().allow_partial(true), 10, None).await.unwrap();
             }
-            common::wait_for(&format!("{label}: {field} to turn active"), || async {
-                (state_of(&c, field).await == Some(IndexState::Active)).then_some(())
-            })
-            .await;
+            wait_state(&c, field, Some(IndexState::Active), &label).await;
         }
 
         // A drop while the writers go on: lookups are refused at once, the rows go.
@@ -207,10 +215,7 @@ async fn indexes_added_and_dropped_while_8_writers_write_leave_a_consistent_cata
             Err(Error::Invalid(m)) => assert!(m.contains("being dropped") && m.contains("icao, iata, lid, tz"), "{m}"),
             other => panic!("{label}: a dropping index answered {other:?}"),
         }
-        common::wait_for(&format!("{label}: country to be gone"), || async {
-            state_of(&c, "country").await.is_none().then_some(())
-        })
-        .await;
+        wait_state(&c, "country", None, &label).await;
 
         stop.store(true, Ordering::Relaxed);
         for t in tasks {
