@@ -129,7 +129,7 @@ async fn live_records(c: &Catalog) -> Vec<Record> {
 }
 
 /// Every record with a value of `field` is found by it, each value's lookup returns exactly
-/// its records, in pages of at most 100 (`ceil(n / 100)` pages).
+/// its records, each once, in pages of at most 100.
 async fn check_lookups(c: &Catalog, field: &str, label: &str) {
     let mut expected: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     for r in live_records(c).await {
@@ -153,7 +153,9 @@ async fn check_lookups(c: &Catalog, field: &str, label: &str) {
             }
         }
         assert_eq!(&got, want, "{label}: {field}={value}");
-        assert_eq!(pages, want.len().div_ceil(100).max(1), "{label}: {field}={value}: page count");
+        // A page holds at most 100 rows; tombstones of records that moved away from the value
+        // (or were deleted) take room in a page without being returned, so pages may be more.
+        assert!(pages >= want.len().div_ceil(100).max(1), "{label}: {field}={value}: {pages} pages");
     }
 }
 
