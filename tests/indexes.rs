@@ -107,8 +107,19 @@ fn appliers(cs: [Arc<Catalog>; 2], stop: Arc<AtomicBool>) -> tokio::task::JoinHa
     })
 }
 
-async fn state_of(c: &Catalog, field: &str) -> Option<IndexState> {
-    indexes::list(c).await.unwrap().into_iter().find(|i| i.field == field).map(|i| i.state)
+/// Waits (up to 5 minutes: Azurite shares its one thread with the writers) until index
+/// `field` is in state `want` (`None`: gone); fails showing the index and its job.
+async fn wait_state(c: &Catalog, field: &str, want: Option<IndexState>, label: &str) {
+    let started = std::time::Instant::now();
+    loop {
+        let list = indexes::list(c).await.unwrap();
+        let index = list.iter().find(|i| i.field == field);
+        if index.map(|i| i.state) == want {
+            return;
+        }
+        assert!(started.elapsed() < Duration::from_secs(300), "{label}: {field} not {want:?} in 5 minutes: {index:?}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }
 
 /// Every live record once, from a whole-table export.
@@ -118,7 +129,7 @@ async fn live_records(c: &Catalog) -> Vec<Record> {
 }
 
 /// Every record with a value of `field` is found by it, each value's lookup returns exactly
-/// its records, in pages of at most 100 (`ceil(n / 100)` pages).
+/// its records, each once, in pages of at most 100.
 async fn check_lookups(c: &Catalog, field: &str, label: &str) {
     let mut expected: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     for r in live_records(c).await {
@@ -142,7 +153,9 @@ async fn check_lookups(c: &Catalog, field: &str, label: &str) {
             }
         }
         assert_eq!(&got, want, "{label}: {field}={value}");
-        assert_eq!(pages, want.len().div_ceil(100).max(1), "{label}: {field}={value}: page count");
+        // A page holds at most 100 rows; tombstones of records that moved away from the value
+        // (or were deleted) take room in a page without being returned, so pages may be more.
+        assert!(pages >= want.len().div_ceil(100).max(1), "{label}: {field}={value}: {pages} pages");
     }
 }
 
@@ -195,10 +208,7 @@ async fn indexes_added_and_dropped_while_8_writers_write_leave_a_consistent_cata
                 }
                 c.query(&lookup.clone().allow_partial(true), 10, None).await.unwrap();
             }
-            common::wait_for(&format!("{label}: {field} to turn active"), || async {
-                (state_of(&c, field).await == Some(IndexState::Active)).then_some(())
-            })
-            .await;
+            wait_state(&c, field, Some(IndexState::Active), &label).await;
         }
 
         // A drop while the writers go on: lookups are refused at once, the rows go.
@@ -207,10 +217,7 @@ async fn indexes_added_and_dropped_while_8_writers_write_leave_a_consistent_cata
             Err(Error::Invalid(m)) => assert!(m.contains("being dropped") && m.contains("icao, iata, lid, tz"), "{m}"),
             other => panic!("{label}: a dropping index answered {other:?}"),
         }
-        common::wait_for(&format!("{label}: country to be gone"), || async {
-            state_of(&c, "country").await.is_none().then_some(())
-        })
-        .await;
+        wait_state(&c, "country", None, &label).await;
 
         stop.store(true, Ordering::Relaxed);
         for t in tasks {
@@ -316,6 +323,10 @@ async fn the_index_routes_add_list_and_refuse_what_they_must() {
     assert_eq!(status.as_u16(), 400, "{body}");
 }
 
+async fn state_of(c: &Catalog, field: &str) -> Option<IndexState> {
+    indexes::list(c).await.unwrap().into_iter().find(|i| i.field == field).map(|i| i.state)
+}
+
 /// Found by the randomized checker with index changes (seed 20261121, 1 shard: `moved_row`
 /// at quiescence). A replace whose new record is an identity that exists already, and that
 /// its filter does not match, writes the new record's rows; but the record's row of an added
@@ -405,7 +416,6 @@ async fn an_older_replace_applied_after_a_newer_upsert_of_its_record_leaves_no_r
         verify_clean(&c, &label).await;
     }
 }
-
 /// Seen while writing the checker's schema operator (its changes go through an instance
 /// without injected faults because of this). `index add` writes the schema row first, then
 /// raises the clock's version and logs the schema entry. When the schema row's write
