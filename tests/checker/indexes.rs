@@ -242,7 +242,12 @@ async fn poll_states(c: Arc<Catalog>, timeline: Arc<Timeline>, poll: Duration, s
 /// acknowledged before its change is applied: in long runs, behind a backlog of thousands).
 async fn settled(timeline: &Timeline, poll: Duration, all: bool) {
     let started = Instant::now();
+    let mut reported = Instant::now();
     loop {
+        if reported.elapsed() > Duration::from_secs(60) {
+            eprintln!("checker: waiting for index changes (s since the run started): {}", timeline.describe());
+            reported = Instant::now();
+        }
         let busy: Vec<bool> = {
             let epochs = timeline.epochs.lock().unwrap();
             epochs
