@@ -699,13 +699,8 @@ async fn check(backend: common::Backend, run: Run) {
         t.await.unwrap();
     }
     let issued_secs = started.elapsed().as_secs_f64();
-    // The operator finishes its changes (the clients are done) and waits until they are
-    // done; the reader stops with the clients.
+    // The reader stops with the clients.
     clients_done.store(true, Ordering::Relaxed);
-    let operated = match operator {
-        Some(o) => o.await.unwrap(),
-        None => index_changes::Operated::default(),
-    };
     let lookups = match reader {
         Some(r) => r.await.unwrap(),
         None => Vec::new(),
@@ -716,10 +711,16 @@ async fn check(backend: common::Backend, run: Run) {
         hogged += h.await.unwrap();
     }
 
-    // Quiesce: faults off, let workers drain the queue, then drain the WAL.
+    // Quiesce: faults off, let workers drain the queue, then drain the WAL. The operator
+    // first makes its remaining changes and waits until they are done (a backfill starts
+    // once the backlog before its change is applied).
     for f in &faulty {
         f.clear();
     }
+    let operated = match operator {
+        Some(o) => o.await.unwrap(),
+        None => index_changes::Operated::default(),
+    };
     let c0 = &catalogs[0];
     // A long run ends with a backlog (the freezes slow appliers far more than writers), so
     // quiescing is judged by progress: the oldest pending entry or the queue must move at
