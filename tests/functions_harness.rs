@@ -582,13 +582,14 @@ async fn call_keyed(h: &Harness, method: reqwest::Method, path: &str, body: Opti
     (status, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
 }
 
-/// Polls `GET /api/jobs/{id}` until the job is final; returns it.
+/// Polls `GET /api/jobs/{id}` until the job is final; returns it. An index change's job is
+/// created when the change's WAL entry is applied: until then it is 404.
 async fn job_final(h: &Harness, id: &str, timeout: Duration) -> Value {
     let deadline = Instant::now() + timeout;
     loop {
         let (s, body) = call_keyed(h, reqwest::Method::GET, &format!("/api/jobs/{id}"), None).await;
-        assert_eq!(s, 200, "{body}");
-        if !matches!(body["state"].as_str(), Some("running" | "queued")) {
+        assert!(s == 200 || s == 404, "{s} {body}");
+        if s == 200 && !matches!(body["state"].as_str(), Some("running" | "queued")) {
             return body;
         }
         assert!(Instant::now() < deadline, "job not final: {body}\n{}", h.diagnostics());
