@@ -717,7 +717,14 @@ async fn an_index_is_added_and_dropped_through_the_functions_with_its_jobs_on_th
         got.sort();
         let mut want = want.clone();
         want.sort();
-        assert_eq!(got, want, "country={country}");
+        let missing: Vec<&String> = want.iter().filter(|w| !got.contains(w)).take(3).collect();
+        let extra: Vec<&String> = got.iter().filter(|g| !want.contains(g)).take(3).collect();
+        assert!(
+            got == want,
+            "country={country}: {} found, {} expected; missing e.g. {missing:?}; not expected e.g. {extra:?}",
+            got.len(),
+            want.len()
+        );
         assert_eq!(pages, want.len().div_ceil(100), "country={country}: page count");
     }
     assert!(lookup_pages(&h, "country", "CA", 1000).await.0.iter().all(|r| r["icao"] != icao.as_str()));
