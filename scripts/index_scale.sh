@@ -143,7 +143,7 @@ for field in $fields; do
         exit 1
     }
     w="$(cat "$work/writers.out")"
-    out "| add $field | $(jq -r '"\(.operations) (\(.ops_per_s)/s, \(.errors) errors)"' <<<"$w") | $jrec / $jrows / $jwritten | $job_s | **$(awk -v n="$jrec" -v s="$job_s" 'BEGIN { printf "%.0f", s > 0 ? n / s : 0 }')** | $wall_s | $(awk -v n="$jrec" -v s="$wall_s" 'BEGIN { printf "%.0f", n / s }') | $refused | $(jq -c '{rows, records, tombstones, findings}' <<<"$verify_json") | $(jq -r '"\(.values) / \(.records) / \(.pages) (\(.largest.value): \(.largest.records) in \(.largest.pages) pages)"' <<<"$check_json") |"
+    out "| add $field | $(jq -r '"\(.operations) (\(.ops_per_s)/s, \(.errors) errors)"' <<<"$w") | $jrec / $jrows / $jwritten | $job_s | **$(awk -v n="$jrec" -v s="$job_s" 'BEGIN { printf "%.0f", (s > 0 ? n / s : 0) }')** | $wall_s | $(awk -v n="$jrec" -v s="$wall_s" 'BEGIN { printf "%.0f", n / s }') | $refused | $(jq -c '{rows, records, tombstones, findings}' <<<"$verify_json") | $(jq -r '"\(.values) / \(.records) / \(.pages) (\(.largest.value): \(.largest.records) in \(.largest.pages) pages)"' <<<"$check_json") |"
     log "add $field: job $job_json"
     log "add $field: verify $verify_json; check $check_json; writers $w"
     [ "$(jq -r .errors <<<"$w")" = 0 ] || { log "writer errors: $w"; exit 1; }
