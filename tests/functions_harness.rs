@@ -7,7 +7,10 @@
 //! airports import over HTTP and lookups by every identifier; a write intent put on the queue
 //! by another service, and its redelivery; a transient storage failure that is retried; bad
 //! messages ending on the poison queue (by the catalog, by the host's decoding, and after
-//! `maxDequeueCount` failures); the timer applying an entry whose hint was lost.
+//! `maxDequeueCount` failures); the timer applying an entry whose hint was lost; a verify job
+//! through the `scan` function; an online index change (issue 13): added through the
+//! `indexes` function, its entry applied by `apply`, its backfill run by `scan`, then dropped
+//! through `indexes_field`.
 //!
 //! Needs `TC_TEST_AZURE_CONNECTION` (Azurite, `source scripts/azurite.sh start`): without it
 //! the tests print a `SKIPPED:` line (`scripts/test.sh` fails on it), and fail under `CI`.
