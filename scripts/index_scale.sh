@@ -48,6 +48,7 @@ bin="${TC_BIN:-$target_dir/release/table-catalog}"
 work="$(mktemp -d)"
 stop_writers() { [ -z "${writer_pid:-}" ] || { touch "$work/stop"; wait "$writer_pid" || true; writer_pid=""; }; }
 trap 'stop_writers; bench_cleanup; rm -rf "$work"' EXIT
+trap 'exit 143' INT TERM
 out() { echo "$*"; [ -z "${SCALE_OUT:-}" ] || echo "$*" >>"$SCALE_OUT"; }
 log() { echo "index_scale: $*" >&2; }
 now() { date +%s.%N; }
