@@ -11,6 +11,12 @@
 //! the environment variable `TABLE_CATALOG_CRASH_AT=name` (or `name:k` for the k-th hit)
 //! aborts the process at that point, for kill tests across processes.
 
+/// The named points of an online index change ([`crate::indexes`], "Crash safety"): after
+/// the schema row is written, after the clock's schema version is raised, and in the apply
+/// of the change's entry before its job starts. Not in [`POINTS`], whose every point lies
+/// after a write's WAL entry.
+pub const SCHEMA_POINTS: &[&str] = &["after_schema_row", "after_schema_clock", "before_schema_job"];
+
 /// The named points, in path order.
 pub const POINTS: &[&str] = &[
     "before_clock_publish",

@@ -34,6 +34,14 @@
 //! when a write, an entry or a lease says it changed, and before a lookup when its copy is
 //! older than [`LOOKUP_SCHEMA_AGE`].
 //!
+//! **Crash safety.** Each step is idempotent, and a change that stopped half way (the
+//! process died after step 1 or 2) is completed by running the same command again: `index
+//! add` of an index that is `backfilling` without a job, or `index drop` of a `dropping`
+//! one, publishes the change again (steps 2-3). Step 4 runs again until it is applied (the
+//! entry stays pending), and starts the job once: its id derives from the entry's WAL id,
+//! and an index whose job is recorded already starts none. Named crash points
+//! `after_schema_row`, `after_schema_clock` and `before_schema_job` ([`crate::faults`]).
+//!
 //! **Limits.** Identity fields cannot be dropped online (they feed every RowKey: that is a
 //! `rebuild`). An index cannot be dropped while it is backfilling. Added indexes are
 //! plaintext (hashed fields are fixed at creation). Because an added index does not feed the
@@ -57,7 +65,7 @@ use crate::wal::{schema_row, Op, ShardId, WalId};
 
 /// A lookup re-reads the schema first when this process's copy is older than this (so a
 /// process that only reads learns of a change within about this long).
-pub const LOOKUP_SCHEMA_AGE: Duration = Duration::from_secs(2);
+pub const LOOKUP_SCHEMA_AGE: Duration = Duration::from_secs(5);
 
 /// One index, as `index list` and `GET /api/indexes` show it.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -150,10 +158,16 @@ pub async fn add(catalog: &Catalog, field: &str) -> Result<IndexChange> {
             return Err(Error::Conflict(format!("field: '{wanted}' is already an index (an identity field, active)")));
         }
         if let Some(a) = added.iter().find(|a| a.field.to_lowercase() == lower) {
+            // A change that stopped before its job started (the process died between the
+            // steps): publish it again (each step is idempotent).
+            if a.field == wanted && a.state == IndexState::Backfilling && a.job.is_none() {
+                return Ok(false);
+            }
             return Err(Error::Conflict(format!(
-                "field: '{}' is already an index ({}); drop it first to add it again",
+                "field: '{}' is already an index ({}{}); drop it first to add it again",
                 a.field,
-                a.state.name()
+                a.state.name(),
+                a.job.as_ref().map(|j| format!(", job {j}")).unwrap_or_default()
             )));
         }
         *version += 1;
@@ -184,7 +198,8 @@ pub async fn drop(catalog: &Catalog, field: &str) -> Result<IndexChange> {
         };
         match a.state {
             IndexState::Active => {}
-            IndexState::Dropping => return Ok(false), // dropped already: report it as it is
+            // Dropped already (and maybe stopped before its job started): publish it again.
+            IndexState::Dropping => return Ok(false),
             IndexState::Backfilling => {
                 return Err(Error::Conflict(format!(
                     "field: '{wanted}' is backfilling{}; drop it once it is active",
@@ -213,7 +228,9 @@ async fn publish(catalog: &Catalog, row: &crate::store::Entity, field: &str) -> 
         .cloned()
         .ok_or_else(|| Error::NotFound(format!("field: '{field}' is not an index")))?;
     let (store, wal_table) = (catalog.store(), &catalog.names().wal_table);
+    crate::faults::point("after_schema_row")?;
     Clock::raise_schema_version(store.as_ref(), wal_table, stored.version).await?;
+    crate::faults::point("after_schema_clock")?;
     catalog.applier().adopt(row)?;
     let op = Op::Schema { version: index.version };
     let mut tries = 0;

@@ -140,6 +140,16 @@ impl Schema {
         Ok(self)
     }
 
+    /// This schema with identity fields `identity` (the stored ones, when this process was
+    /// configured with the maintained list instead), hashed fields and secret kept.
+    pub fn with_identity(self, identity: Vec<String>) -> Result<Schema> {
+        if identity == self.identity {
+            return Ok(self);
+        }
+        let (hashed, redact, key) = (self.hashed.clone(), self.redact.clone(), self.hash_key.clone());
+        Schema::new(identity, self.row_key)?.with_hashed_keys(hashed, redact, key)
+    }
+
     /// The identity fields: the index fields the catalog was created with, which alone feed
     /// the RowKey fingerprint.
     pub fn identity_keys(&self) -> &[String] {
@@ -491,6 +501,32 @@ mod tests {
         assert!(providers().with_hashed_keys(vec![], vec![], None).is_ok(), "no hashing needs no key");
         let shown = format!("{:?}", hashed_providers(&["ssn"]));
         assert!(shown.contains("[redacted]") && !shown.contains("0001020304"), "{shown}");
+    }
+
+    fn added(field: &str, state: IndexState, version: u64) -> AddedIndex {
+        AddedIndex { field: field.into(), state, version, job: None }
+    }
+
+    #[test]
+    fn an_added_index_gets_rows_but_never_changes_the_row_key() {
+        let r = json!({"eid": "F314", "ssn": "123-45-6789", "lastname": "Faux", "dept": "ER"});
+        let r = r.as_object().unwrap();
+        let before = providers().record_keys(r).unwrap();
+        let s = providers().with_added(vec![added("dept", IndexState::Backfilling, 1)], 1).unwrap();
+        let after = s.record_keys(r).unwrap();
+        assert_eq!(after.row_key, before.row_key, "identity fields alone feed the fingerprint");
+        assert_eq!(after.partitions.last().map(|(f, pk)| (f.as_str(), pk.as_str())), Some(("dept", "4_depter")));
+        assert!(s.has_added_indexes() && s.is_index("dept"));
+        assert_eq!(s.index_state("dept"), Some(IndexState::Backfilling));
+        assert_eq!(s.active_keys(), ["eid", "ssn", "npi"]);
+        let dropping = providers().with_added(vec![added("dept", IndexState::Dropping, 2)], 2).unwrap();
+        assert!(!dropping.is_index("dept"), "a dropping index is not maintained");
+        assert_eq!(dropping.state_of_partition("4_depter"), Some(IndexState::Dropping));
+        assert_eq!(dropping.record_keys(r).unwrap(), before);
+        // A record needs an identity value; an added index's value alone is not enough.
+        let only_dept = json!({"lastname": "Faux", "dept": "ER"});
+        assert!(s.record_keys(only_dept.as_object().unwrap()).is_err());
+        assert!(providers().with_added(vec![added("ssn", IndexState::Active, 1)], 1).is_err(), "listed twice");
     }
 
     #[test]

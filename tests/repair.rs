@@ -56,6 +56,7 @@ async fn findings(c: &Catalog) -> BTreeSet<(String, String, String)> {
                 FindingKind::MissingRow { pk }
                 | FindingKind::OrphanRow { pk }
                 | FindingKind::Stale { pk, .. }
+                | FindingKind::MovedRow { pk, .. }
                 | FindingKind::Unreadable { pk, .. } => pk.clone(),
                 FindingKind::SplitState => String::new(),
             };

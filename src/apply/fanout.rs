@@ -29,16 +29,23 @@ pub(crate) enum RowWrite<'a> {
 impl Applier {
     /// A run of upserts: the last write of each row wins, rows written concurrently.
     /// Each upsert of the run then gets its own history row (not only the last of each
-    /// record), so the history shows every change.
+    /// record), so the history shows every change. In a catalog with indexes added online,
+    /// each record is written owner row first ([`Applier::write_record`]).
     pub(crate) async fn apply_upserts(&self, group: &[WalEntry]) -> Result<()> {
         let mut rows: BTreeMap<(String, String), (&WalId, &Record)> = BTreeMap::new();
+        let mut records: BTreeMap<String, Vec<(&WalId, &Record)>> = BTreeMap::new();
         let mut changes = Vec::with_capacity(group.len());
         let schema = self.schema();
+        let owner_first = schema.has_added_indexes();
         for entry in group {
             let Op::Upsert { record } = &entry.op else { continue };
             let keys = schema.record_keys(record)?;
-            for (_, pk) in keys.partitions {
-                rows.insert((pk, keys.row_key.clone()), (&entry.id, record));
+            if owner_first {
+                records.entry(keys.row_key.clone()).or_default().push((&entry.id, record));
+            } else {
+                for (_, pk) in keys.partitions {
+                    rows.insert((pk, keys.row_key.clone()), (&entry.id, record));
+                }
             }
             changes.push(Change {
                 identity: keys.row_key,
@@ -47,84 +54,98 @@ impl Applier {
                 record: Some(record),
             });
         }
-        let stale = if schema.has_added_indexes() { self.stale_rows(&schema, group).await? } else { Vec::new() };
-        if !stale.is_empty() {
-            let keys: Vec<(String, String)> = stale.iter().map(|(pk, rk, _, _)| (pk.clone(), rk.clone())).collect();
-            // Registered per entry id, like a delete's, so the sweeper finds them.
-            for (key, (_, _, id, _)) in keys.iter().zip(&stale) {
-                self.index_tombstones(id, std::iter::once(key)).await?;
-            }
+        if owner_first {
+            // Collected first, so the stream holds the futures themselves, not a closure
+            // over borrowed data (which keeps the apply future `Send`).
+            let writes: Vec<_> =
+                records.into_iter().map(|(rk, versions)| self.write_record(&schema, rk, versions)).collect();
+            futures::stream::iter(writes)
+                .buffer_unordered(self.opts.apply_concurrency.max(1))
+                .try_collect::<Vec<()>>()
+                .await?;
+        } else {
+            self.write_rows(rows.into_iter().map(|((pk, rk), (id, rec))| (pk, rk, id, RowWrite::Live(rec))).collect())
+                .await?;
         }
-        let mut writes: Vec<(String, String, &WalId, RowWrite<'_>)> =
-            rows.into_iter().map(|((pk, rk), (id, rec))| (pk, rk, id, RowWrite::Live(rec))).collect();
-        writes.extend(stale.iter().map(|(pk, rk, id, rec)| (pk.clone(), rk.clone(), *id, RowWrite::Tombstone(rec))));
-        self.write_rows(writes).await?;
         self.record_history(changes).await
     }
 
-    /// The rows of added indexes that a run of upserts moves away from: an added index does
-    /// not feed the RowKey, so a record whose value of it changes keeps its identity and its
-    /// row of the old value must go. For each record of the run, the candidates are the
-    /// values of its stored version (one read of its owner row, the row of its first
-    /// identity field with a value) and of the run's earlier upserts of it (written by a pass
-    /// that crashed half way); each candidate row that is not a row of the record's final
-    /// version gets a tombstone carrying the final record and the final entry's id (fenced,
-    /// so it never replaces a newer row; carrying the final record, it is not a row of that
-    /// record for `verify`, which ignores such tombstones).
-    async fn stale_rows<'a>(
-        &self,
-        schema: &crate::schema::Schema,
-        group: &'a [WalEntry],
-    ) -> Result<Vec<(String, String, &'a WalId, &'a Record)>> {
-        let mut by_identity: BTreeMap<String, Vec<(&'a WalId, &'a Record)>> = BTreeMap::new();
-        for entry in group {
-            if let Op::Upsert { record } = &entry.op {
-                let keys = schema.record_keys(record)?;
-                by_identity.entry(keys.row_key).or_default().push((&entry.id, record));
-            }
-        }
-        // Collected first, so the stream holds the futures themselves, not a closure over
-        // borrowed data (which keeps the apply future `Send`).
-        let reads: Vec<_> =
-            by_identity.into_iter().map(|(rk, versions)| self.stale_rows_of(schema, rk, versions)).collect();
-        let found: Vec<Vec<_>> =
-            futures::stream::iter(reads).buffer_unordered(self.opts.apply_concurrency.max(1)).try_collect().await?;
-        Ok(found.into_iter().flatten().collect())
-    }
-
-    /// [`Applier::stale_rows`] of one record: `versions` are its upserts in the run, in
-    /// order.
-    async fn stale_rows_of<'a>(
+    /// Writes one record, identity `rk`, in a catalog with indexes added online: `versions`
+    /// are the run's upserts of it in id order (or a replace's new record alone); the last
+    /// one is written.
+    ///
+    /// An added index does not feed the RowKey, so a record whose value of it changes keeps
+    /// its identity, and its row of the old value must go; and an entry applied after a newer
+    /// one of the same record (another shard's applier, a replace behind the barrier) must
+    /// not write a row of a value the newer version no longer has, which per-row fencing
+    /// cannot stop (that row does not exist to fence it). The record's **owner row** (its
+    /// first identity field with a value, the same partition for every version of the
+    /// identity) serialises its writers:
+    /// 1. read the owner row. A newer entry wrote it: this version is superseded; write
+    ///    nothing (the newer entry writes its own rows, or is still pending and will);
+    /// 2. tombstone, fenced by this entry's id and carrying this record (so `verify` ignores
+    ///    them), the rows of added-index values that the stored version or the run's earlier
+    ///    versions have and this one does not (before the owner row, so a crash after it
+    ///    leaves none behind);
+    /// 3. write the owner row under the ETag read in 1 (insert when there was none); when
+    ///    another applier wrote it meanwhile, start again at 1 (so of two concurrent writers
+    ///    of one record, the older either sees the newer and stops, or writes first and the
+    ///    newer then reads its values and tombstones them);
+    /// 4. write the other rows (fenced as always).
+    ///
+    /// Re-applying after a crash finds the owner row written by this entry and goes on with 4.
+    pub(crate) async fn write_record<'a>(
         &self,
         schema: &crate::schema::Schema,
         rk: String,
         versions: Vec<(&'a WalId, &'a Record)>,
-    ) -> Result<Vec<(String, String, &'a WalId, &'a Record)>> {
-        let Some(&(final_id, final_rec)) = versions.last() else { return Ok(Vec::new()) };
-        let final_keys = schema.record_keys(final_rec)?;
+    ) -> Result<()> {
+        let Some(&(id, record)) = versions.last() else { return Ok(()) };
+        let keys = schema.record_keys(record)?;
         let identity = schema.identity_keys();
-        let owner = final_keys.partitions.iter().find(|(f, _)| identity.contains(f)).map(|(_, pk)| pk.clone());
-        let stored = match owner {
-            Some(pk) => self.store.get(&self.catalog_table, &pk, &rk).await?,
-            None => None,
+        let Some(owner) = keys.partitions.iter().find(|(f, _)| identity.contains(f)).map(|(_, pk)| pk.clone()) else {
+            return Err(Error::invalid("record has no value for any identity field"));
         };
-        let stored = stored.map(|e| {
-            let meta = RowMeta::of(&e);
-            record::payload(&e, &meta)
-        });
-        let mut out: Vec<(String, String, &'a WalId, &'a Record)> = Vec::new();
-        let earlier = versions[..versions.len() - 1].iter().map(|(_, r)| *r);
-        for candidate in stored.iter().chain(earlier) {
-            for field in &schema.index_keys[identity.len()..] {
-                let Some(value) = crate::schema::Schema::index_value(candidate, field) else { continue };
-                let Ok(pk) = schema.partition_key(field, &value) else { continue };
-                let live = final_keys.partitions.iter().any(|(f, p)| f == field && *p == pk);
-                if !live && !out.iter().any(|(p, _, _, _)| *p == pk) {
-                    out.push((pk, rk.clone(), final_id, final_rec));
-                }
+        let table = &self.catalog_table;
+        loop {
+            let current = self.store.get(table, &owner, &rk).await?;
+            let current_meta = current.as_ref().map(RowMeta::of);
+            if current_meta.as_ref().is_some_and(|m| m.wal_id.as_str() > id.as_str()) {
+                return Ok(()); // superseded by a newer entry of this record
             }
+            if current_meta.as_ref().is_none_or(|m| m.wal_id.as_str() < id.as_str()) {
+                let stored = current.as_ref().zip(current_meta.as_ref()).map(|(e, m)| record::payload(e, m));
+                let earlier = versions[..versions.len() - 1].iter().map(|(_, r)| *r);
+                let moved = moved_partitions(schema, &keys, stored.iter().chain(earlier));
+                if !moved.is_empty() {
+                    let rows: Vec<(String, String)> = moved.iter().map(|pk| (pk.clone(), rk.clone())).collect();
+                    self.index_tombstones(id, rows.iter()).await?;
+                    let tombstones = moved.into_iter().map(|pk| (pk, rk.clone(), id, RowWrite::Tombstone(record)));
+                    self.write_rows(tombstones.collect()).await?;
+                }
+                let entity = Entity {
+                    partition_key: owner.clone(),
+                    row_key: rk.clone(),
+                    etag: None,
+                    properties: record::to_properties(record, id.as_str()),
+                };
+                let written = match current.as_ref().and_then(|e| e.etag.clone()) {
+                    Some(tag) => self.store.replace(table, &entity, &IfMatch::Etag(tag)).await,
+                    None => self.store.insert(table, &entity).await,
+                };
+                match written {
+                    Ok(tag) => self.rows.put(&owner, &rk, tag, id.as_str()),
+                    Err(StoreError::PreconditionFailed(_) | StoreError::AlreadyExists(_) | StoreError::NotFound(_)) => {
+                        continue
+                    }
+                    Err(e) => return Err(e.into()),
+                }
+                faults::point("after_fanout_row")?;
+            }
+            let rest = keys.partitions.iter().filter(|(_, pk)| *pk != owner);
+            let rows = rest.map(|(_, pk)| (pk.clone(), rk.clone(), id, RowWrite::Live(record))).collect();
+            return self.write_rows(rows).await;
         }
-        Ok(out)
     }
 
     pub(crate) async fn write_rows(&self, rows: Vec<(String, String, &WalId, RowWrite<'_>)>) -> Result<()> {
@@ -221,4 +242,25 @@ impl Applier {
             }
         }
     }
+}
+
+/// The PartitionKeys of added-index values that `candidates` (earlier versions of a record)
+/// have and the record whose keys are `keys` does not.
+fn moved_partitions<'r>(
+    schema: &crate::schema::Schema,
+    keys: &crate::schema::RecordKeys,
+    candidates: impl Iterator<Item = &'r Record>,
+) -> Vec<String> {
+    let added = &schema.index_keys[schema.identity_keys().len()..];
+    let mut out: Vec<String> = Vec::new();
+    for candidate in candidates {
+        for field in added {
+            let Some(value) = crate::schema::Schema::index_value(candidate, field) else { continue };
+            let Ok(pk) = schema.partition_key(field, &value) else { continue };
+            if !keys.partitions.iter().any(|(_, p)| *p == pk) && !out.contains(&pk) {
+                out.push(pk);
+            }
+        }
+    }
+    out
 }

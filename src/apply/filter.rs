@@ -88,9 +88,17 @@ impl Applier {
             self.record_history(changes).await?;
         }
         if let (Some(record), Some(identity)) = (new_record, new_identity) {
-            let writes =
-                new_rows.iter().map(|(pk, rk)| (pk.clone(), rk.clone(), &entry.id, RowWrite::Live(record))).collect();
-            self.write_rows(writes).await?;
+            if schema.has_added_indexes() {
+                // Owner row first: the record may exist unmatched with other values of an
+                // added index, or a newer entry of it may have been applied already.
+                self.write_record(&schema, identity.clone(), vec![(&entry.id, record)]).await?;
+            } else {
+                let writes = new_rows
+                    .iter()
+                    .map(|(pk, rk)| (pk.clone(), rk.clone(), &entry.id, RowWrite::Live(record)))
+                    .collect();
+                self.write_rows(writes).await?;
+            }
             let change = Change { identity: identity.clone(), op, wal_id: &entry.id, record: Some(record) };
             self.record_history(vec![change]).await?;
         }

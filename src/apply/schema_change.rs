@@ -105,6 +105,10 @@ impl Applier {
             IndexState::Dropping => JobKind::DropIndex,
             IndexState::Active => return Ok(()),
         };
+        if index.job.is_some() {
+            return Ok(()); // started by an earlier entry of the same change (published again)
+        }
+        crate::faults::point("before_schema_job")?;
         let queue = self.scan_queue.clone().ok_or_else(|| {
             Error::Config("this applier has no scan queue; schema changes need one to start their job".into())
         })?;

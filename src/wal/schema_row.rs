@@ -94,7 +94,7 @@ impl StoredSchema {
     /// `configured` (the identity fields, row key and hashed fields this process was
     /// configured with, checked by [`check`]) with the stored added indexes and version.
     pub fn apply_to(&self, configured: Schema) -> Result<Schema> {
-        configured.with_added(self.added.clone(), self.version)
+        configured.with_identity(self.index_keys.clone())?.with_added(self.added.clone(), self.version)
     }
 }
 
@@ -241,6 +241,25 @@ mod tests {
         let text = format!("{e:?}");
         assert!(!text.contains(KEY) && !text.contains("0001020304"), "{text}");
         check(&e, &hashed(KEY, &["ssn"]), "t").unwrap();
+    }
+
+    #[test]
+    fn a_changed_schema_is_stored_with_its_identity_and_earlier_releases_refuse_it() {
+        use crate::schema::{AddedIndex, IndexState};
+        let added = vec![AddedIndex { field: "dept".into(), state: IndexState::Active, version: 1, job: None }];
+        let changed = plain().with_added(added, 1).unwrap();
+        let e = row(&changed);
+        assert_eq!(e.str("index_keys"), Some("eid,ssn,dept"), "what an earlier release compares");
+        assert_eq!(e.str("identity_keys"), Some("eid,ssn"));
+        let stored = StoredSchema::of(&e);
+        assert_eq!((stored.index_keys.clone(), stored.version), (vec!["eid".to_string(), "ssn".to_string()], 1));
+        // A process configured with the creation keys, or with the maintained list, opens it.
+        check(&e, &plain(), "t").unwrap();
+        let maintained = Schema::new(vec!["eid".into(), "ssn".into(), "dept".into()], "lastname").unwrap();
+        check(&e, &maintained, "t").unwrap();
+        assert_eq!(stored.apply_to(maintained).unwrap(), changed, "the stored identity wins");
+        let other = Schema::new(vec!["eid".into()], "lastname").unwrap();
+        assert!(check(&e, &other, "t").is_err());
     }
 
     #[test]
