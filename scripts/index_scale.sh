@@ -25,9 +25,9 @@
 # job's `counters.records / (finished - started)` (the job's times have whole seconds), and
 # also records / the wall time from the POST until `active`.
 #
-# Settings (environment): TC_BIN (default: the release build, built here), WRITERS (8),
-# FIELDS ("country tz"), DROP (1), SCALE_OUT (also append the output there). Uses
-# $CARGO_TARGET_DIR. Needs python3, curl and jq.
+# Settings (environment): TC_BIN (default: the release build, built here), WRITERS (8; 0
+# measures the backfill alone), FIELDS ("country tz"), DROP (1), SCALE_OUT (also append the
+# output there). Uses $CARGO_TARGET_DIR. Needs python3, curl and jq.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root="$(pwd)"
