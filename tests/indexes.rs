@@ -436,3 +436,45 @@ async fn an_index_added_again_after_a_drop_has_a_row_for_every_record() {
         scan.await.unwrap();
     }
 }
+
+/// Seen while writing the checker's schema operator. `index add` writes the schema row
+/// first, then raises the clock's version and logs the schema entry. When the schema row's
+/// write commits but its answer is lost (a 503 after commit, a timeout), or a later step
+/// fails, the add fails with a transient error while the index is `backfilling` with no
+/// schema entry to start its job. A retried add was refused ("already an index
+/// (backfilling)") and nothing ever started the backfill; now a retry publishes the change
+/// again (`tests/index_faults.rs` covers each step).
+#[cfg(feature = "fault-injection")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_add_that_failed_after_its_schema_row_was_written_can_be_completed() {
+    use table_catalog::store::fault::{unavailable, Fault, FaultStore, OpKind, Rule, Trigger};
+    for backend in common::backends() {
+        let label = format!("{backend:?}");
+        let faulty = Arc::new(FaultStore::new(common::store(backend), 1));
+        let names = table_catalog::config::Names::new(&common::unique_name("t"), None, None).unwrap();
+        let c = Arc::new(Catalog::open(faulty.clone(), names, common::airports_schema(), opts()).await.unwrap());
+        c.upsert_many(airports(20), true).await.unwrap();
+        let (worker_stop, worker_rx) = tokio::sync::watch::channel(false);
+        let scan = tokio::spawn(table_catalog::server::run_scan_worker(
+            c.clone(),
+            ServeOptions { scan_workers: 2, ..ServeOptions::default() },
+            worker_rx,
+        ));
+        // The schema row's replace commits, and its answer is a 503.
+        let wal_table = c.names().wal_table.clone();
+        faulty.add(Rule::new(&[OpKind::Replace], Trigger::Nth(1), Fault::CommitThenFail(unavailable())).on(&wal_table));
+        let first = indexes::add(&c, "country").await;
+        assert!(first.as_ref().is_err_and(|e| e.is_transient()), "{label}: the add failed transiently: {first:?}");
+        faulty.clear();
+        // The caller retries, as for any transient error.
+        let retry = indexes::add(&c, "country").await;
+        eprintln!("{label}: retried add: {retry:?}");
+        common::wait_for(&format!("{label}: country to turn active after a retried add"), || async {
+            c.recover().await.unwrap();
+            (state_of(&c, "country").await == Some(IndexState::Active)).then_some(())
+        })
+        .await;
+        worker_stop.send_replace(true);
+        scan.await.unwrap();
+    }
+}
