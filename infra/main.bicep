@@ -184,7 +184,8 @@ resource poisonQueue 'Microsoft.Storage/storageAccounts/queueServices/queues@202
   name: poisonQueueName
 }
 
-// Job work items (verify, repair) for the `scan` function, and their poison queue.
+// Job work items (verify, repair, rebuild, trim-history, and the backfill and drop-index jobs
+// of online index changes) for the `scan` function, and their poison queue.
 resource scanQueue 'Microsoft.Storage/storageAccounts/queueServices/queues@2023-05-01' = {
   parent: queueService
   name: scanQueueName

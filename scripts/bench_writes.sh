@@ -7,6 +7,8 @@
 #   1. embedded store, full durability (fsync per commit), 1 process;
 #   2. Azurite (private, in-memory), 1 process;
 #   3. Azurite, 3 processes on one catalog, requests round-robin.
+# Each cell also reports the CPU time (user + system) the serve processes used during the load,
+# per acknowledged write (the load generator shares the machine, so CPU is often the limit).
 #
 #   scripts/bench_writes.sh            # compares with main~
 #   scripts/bench_writes.sh 67a5551    # or any commit / ref
@@ -66,8 +68,18 @@ new_sha="$(git rev-parse --short=12 HEAD)"
 if [ -n "$(git status --porcelain --untracked-files=no)" ]; then new_sha="$new_sha (+ uncommitted changes)"; fi
 
 schema=(--index-keys icao,iata,lid --row-key name)
-load() { # label urls(comma-separated)
+cpu_ticks() { # CPU time (user + system, clock ticks) of every serve started so far
+    local pid total=0
+    for pid in "${BENCH_PIDS[@]}"; do
+        total=$((total + $(awk '{print $14 + $15}' "/proc/$pid/stat")))
+    done
+    echo "$total"
+}
+load() { # label urls(comma-separated); also records the serves' CPU seconds during the load
+    local before
+    before="$(cpu_ticks)"
     "$work/new" bench writes --urls "$2" --clients "$clients" --seconds "$seconds" --seed 1 >"$out_dir/$1.json"
+    awk -v a="$(cpu_ticks)" -v b="$before" -v hz="$(getconf CLK_TCK)" 'BEGIN { printf "%.2f\n", (a - b) / hz }' >"$out_dir/$1.cpu"
     cat "$out_dir/$1.json" >&2
 }
 stop() { # serves, gracefully (in-flight requests finish), killed after 10 s (the stores are thrown away)
@@ -131,7 +143,11 @@ def cell(version, scenario):
         return "not run"
     j = json.load(open(path))
     failed = f", **{j['failed']} failed**" if j["failed"] else ""
-    return f"**{j['writes_per_s']:.0f}/s**, ack p50 {j['ack_p50_ms']:.1f} ms, p99 {j['ack_p99_ms']:.1f} ms ({j['acked']} acked{failed})"
+    cpu_path = path[:-len(".json")] + ".cpu"
+    cpu = ""
+    if os.path.exists(cpu_path) and j["acked"]:
+        cpu = f", serve CPU {float(open(cpu_path).read()) / j['acked'] * 1e6:.0f} µs/write"
+    return f"**{j['writes_per_s']:.0f}/s**, ack p50 {j['ack_p50_ms']:.1f} ms, p99 {j['ack_p99_ms']:.1f} ms ({j['acked']} acked{failed}{cpu})"
 print(f"Writes over HTTP: `POST /api/records?upsert=true`, {e['BENCH_CLIENTS']} clients, {e['BENCH_SECONDS']} s per cell, "
       f"{datetime.datetime.now(datetime.timezone.utc).strftime('%Y-%m-%d %H:%M UTC')}, {os.cpu_count()} cores, "
       f"load average {e['BENCH_LOAD']} (before / after).\n")

@@ -186,7 +186,7 @@ pub async fn drop(catalog: &Catalog, field: &str) -> Result<IndexChange> {
     validate_field_name(field).map_err(|e| Error::invalid(format!("field: {e}")))?;
     let wanted = field.to_string();
     let row = schema_row::update(catalog.store().as_ref(), &catalog.names().wal_table, |identity, added, version| {
-        if identity.iter().any(|k| *k == wanted) {
+        if identity.contains(&wanted) {
             return Err(Error::Conflict(format!(
                 "field: '{wanted}' is an identity field (created with the catalog, it feeds every record's RowKey) and cannot be dropped online; rebuild the catalog without it: table-catalog rebuild --into NEW_NAME --new-index-keys ..."
             )));

@@ -194,3 +194,41 @@ async fn a_one_entity_page_is_the_first_row_in_rowkey_order_whatever_the_inserti
         assert_eq!(first.map(|e| e.row_key), Some("2".to_string()), "{backend:?}");
     }
 }
+
+/// Publications of one process ran one after the other, one store write each, so a process
+/// completed at most one append round per publication (one per commit on the embedded
+/// store): publications queued behind a running one are served by the next, which publishes
+/// the largest value asked for, and each caller still returns only once its value is covered.
+#[tokio::test]
+async fn publications_queued_behind_a_running_one_are_served_by_the_next() {
+    use table_catalog::store::counting::CountingStore;
+    use table_catalog::store::op::OpKind;
+    use table_catalog::store::TableStore;
+    use table_catalog::wal::clock::Clock;
+    for backend in common::backends() {
+        let counting = CountingStore::new(common::store(backend));
+        let table = common::unique_name("coalesce");
+        counting.create_table(&table).await.unwrap();
+        let clock = Clock::new("p", 0);
+        clock.publish(&counting, &table, 1_000).await.unwrap(); // the process's first row
+        let before = counting.counts().snapshot();
+        // All 20 are queued before the first store write returns (`join_all` polls each once
+        // first): the first publishes 1,001, the next the largest of the rest, 1,020.
+        let publications = (1..=20).map(|i| clock.publish(&counting, &table, 1_000 + i));
+        for done in futures::future::join_all(publications).await {
+            done.unwrap();
+        }
+        let writes = counting.counts().snapshot().since(&before);
+        let (batches, upserts) = (writes.op(OpKind::Batch), writes.op(OpKind::Upsert));
+        assert_eq!(
+            batches + upserts,
+            2,
+            "{backend:?}: 20 queued publications cost {batches} batches and {upserts} upserts"
+        );
+        assert_eq!(
+            clock.high_water(&counting, &table).await.unwrap(),
+            1_020,
+            "{backend:?}: the largest value is published"
+        );
+    }
+}

@@ -7,7 +7,10 @@
 //! airports import over HTTP and lookups by every identifier; a write intent put on the queue
 //! by another service, and its redelivery; a transient storage failure that is retried; bad
 //! messages ending on the poison queue (by the catalog, by the host's decoding, and after
-//! `maxDequeueCount` failures); the timer applying an entry whose hint was lost.
+//! `maxDequeueCount` failures); the timer applying an entry whose hint was lost; a verify job
+//! through the `scan` function; an online index change (issue 13): added through the
+//! `indexes` function, its entry applied by `apply`, its backfill run by `scan`, then dropped
+//! through `indexes_field`.
 //!
 //! Needs `TC_TEST_AZURE_CONNECTION` (Azurite, `source scripts/azurite.sh start`): without it
 //! the tests print a `SKIPPED:` line (`scripts/test.sh` fails on it), and fail under `CI`.
@@ -564,6 +567,240 @@ async fn a_verify_job_runs_through_the_scan_function_with_a_redelivered_work_ite
     let text = findings.text().await.unwrap();
     assert_eq!(text.lines().count(), 1, "{text}");
     assert!(text.contains("missing_row") && text.contains(&pk), "{text}");
+    assert!(h.bugs().is_empty(), "{:?}", h.bugs());
+    h.stop().await;
+}
+
+/// `method path` through the front end with the function key in `x-functions-key`:
+/// (status, JSON body or `null`).
+async fn call_keyed(h: &Harness, method: reqwest::Method, path: &str, body: Option<&Value>) -> (u16, Value) {
+    let key = h.options.function_key.as_deref().expect("a function key");
+    let mut req = h.client().request(method, h.url(path)).header("x-functions-key", key);
+    if let Some(b) = body {
+        req = req.json(b);
+    }
+    let r = req.send().await.expect("request through the harness");
+    let status = r.status().as_u16();
+    let bytes = r.bytes().await.unwrap();
+    (status, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
+}
+
+/// Polls `GET /api/jobs/{id}` until the job is final; returns it. An index change's job is
+/// created when the change's WAL entry is applied: until then it is 404.
+async fn job_final(h: &Harness, id: &str, timeout: Duration) -> Value {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let (s, body) = call_keyed(h, reqwest::Method::GET, &format!("/api/jobs/{id}"), None).await;
+        assert!(s == 200 || s == 404, "{s} {body}");
+        if s == 200 && !matches!(body["state"].as_str(), Some("running" | "queued")) {
+            return body;
+        }
+        assert!(Instant::now() < deadline, "job not final: {body}\n{}", h.diagnostics());
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// The `GET /api/indexes` entry of `field` (`None` when it is not an index).
+async fn index_entry(h: &Harness, field: &str) -> Option<Value> {
+    let (s, body) = call_keyed(h, reqwest::Method::GET, "/api/indexes", None).await;
+    assert_eq!(s, 200, "{body}");
+    body["indexes"].as_array().expect("indexes").iter().find(|i| i["field"] == field).cloned()
+}
+
+/// Every record `field=value` finds through the `records` function, following the
+/// continuation in pages of at most `limit`; with the size of each page read.
+async fn lookup_pages(h: &Harness, field: &str, value: &str, limit: usize) -> (Vec<Value>, Vec<usize>) {
+    let (mut records, mut pages, mut token): (Vec<Value>, Vec<usize>, Option<String>) = (Vec::new(), Vec::new(), None);
+    loop {
+        let cont = token.as_deref().map(|t| format!("&continuation={}", enc(t))).unwrap_or_default();
+        let path = format!("/api/records?{field}={}&limit={limit}{cont}", enc(value));
+        let (s, body) = call_keyed(h, reqwest::Method::GET, &path, None).await;
+        assert_eq!(s, 200, "GET {path}: {body}");
+        let page = body["records"].as_array().cloned().unwrap_or_default();
+        assert!(page.len() <= limit, "{field}={value}: a page of {} > {limit}", page.len());
+        pages.push(page.len());
+        records.extend(page);
+        token = body["continuation"].as_str().map(str::to_string);
+        if token.is_none() {
+            return (records, pages);
+        }
+    }
+}
+
+/// (8) An online index change end to end through the functions (issue 13): `POST
+/// /api/indexes {"field":"country"}` through the `indexes` function; the change's WAL entry
+/// applied by the `apply` queue function (the hint the change enqueues); the backfill job's
+/// work items run by the `scan` queue function, one of them delivered twice (its delete is
+/// lost); a record moved to another country and one deleted while the backfill may run; the
+/// index turns active, every country value's lookup through the `records` function finds
+/// exactly its records in pages of 100, all full but the last, and a verify job through
+/// `scan` finds nothing. Then `DELETE /api/indexes/country` through the `indexes_field`
+/// function: its job runs through `scan`, lookups by country get 400 naming the active
+/// indexes, and no row of the index remains.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_index_is_added_and_dropped_through_the_functions_with_its_jobs_on_the_scan_function() {
+    let Some(cs) = azurite() else { return };
+    let mut opts = HarnessOptions::airports(&cs);
+    opts.function_key = Some(format!("k-{}", uuid::Uuid::new_v4().simple()));
+    let h = Harness::start(opts).await;
+    let schema = common::airports_schema();
+    let rows = import::read_file(&common::airports_csv(), Format::Csv, &schema).unwrap();
+    // Every 25th airport: about 1,100 records of many countries, several hundred in the US.
+    let mut records: Vec<Record> = rows.into_iter().step_by(25).map(|(_, r)| r.expect("valid airport row")).collect();
+    let (s, body) = call_keyed(&h, reqwest::Method::POST, "/api/records/batch?wait=true", Some(&json!(records))).await;
+    assert!((200..300).contains(&s), "{s} {body}");
+    h.wait_queue_drained(Duration::from_secs(300)).await;
+
+    let (s, _) = h.get_json("/api/indexes").await;
+    assert_eq!(s, 401, "the indexes function needs the function key");
+    h.lose_next_deletes_of("scan", 1);
+    let (s, change) = call_keyed(&h, reqwest::Method::POST, "/api/indexes", Some(&json!({"field": "country"}))).await;
+    assert_eq!(s, 202, "{change}");
+    assert_eq!(change["index"]["state"], "backfilling", "{change}");
+    let wal_id = change["wal_id"].as_str().expect("wal_id").to_string();
+    let backfill_job = change["job"].as_str().expect("job").to_string();
+    let forwarded = h.http_records().into_iter().filter(|r| r.uri.starts_with("/api/indexes")).count();
+    assert!(forwarded >= 1, "the POST went through the indexes function");
+
+    // The hint names the change's entry; the apply function applies it and starts the job.
+    h.wait_for(Duration::from_secs(180), "the change's hint to be applied by the apply function", |h| {
+        h.invocations().iter().any(|i| {
+            i.function == "apply" && i.succeeded() && i.message_text.as_deref().is_some_and(|t| t.contains(&wal_id))
+        })
+    })
+    .await;
+    let (s, body) = call_keyed(&h, reqwest::Method::GET, &format!("/api/wal/{wal_id}"), None).await;
+    assert_eq!((s, body["state"].as_str()), (200, Some("applied")), "{body}");
+
+    // Writes while the backfill may still run: one record moves to a new country, one goes.
+    let moved = {
+        let r = records.iter_mut().find(|r| r["country"] == "FR").expect("a French airport");
+        r.insert("country".into(), json!("ZZ"));
+        r.clone()
+    };
+    let (s, body) =
+        call_keyed(&h, reqwest::Method::POST, "/api/records?upsert=true&wait=true", Some(&json!(moved))).await;
+    assert!((200..300).contains(&s), "{s} {body}");
+    let gone = records.iter().position(|r| r["country"] == "CA").expect("a Canadian airport");
+    let gone = records.remove(gone);
+    let icao = gone["icao"].as_str().expect("an icao").to_string();
+    let (s, body) =
+        call_keyed(&h, reqwest::Method::DELETE, &format!("/api/records?icao={}&wait=true", enc(&icao)), None).await;
+    assert!((200..300).contains(&s), "{s} {body}");
+
+    let done = job_final(&h, &backfill_job, Duration::from_secs(300)).await;
+    assert_eq!((done["state"].as_str(), done["kind"].as_str()), (Some("done"), Some("backfill")), "{done}");
+    let live = records.len() as u64;
+    let counted = done["counters"]["records"].as_u64().unwrap_or(0);
+    assert!(
+        counted == live || counted == live + 1,
+        "records {counted}, {live} live (+1 if the delete came later): {done}"
+    );
+    assert!(done["steps_done"].as_u64().unwrap_or(0) > 1, "the backfill split into several work items: {done}");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let entry = index_entry(&h, "country").await.expect("country is an index");
+        if entry["state"] == "active" {
+            break;
+        }
+        assert!(Instant::now() < deadline, "country not active: {entry}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
+    let mut by_country: std::collections::BTreeMap<String, Vec<String>> = std::collections::BTreeMap::new();
+    for r in &records {
+        if let Some(c) = r["country"].as_str().filter(|c| !c.is_empty()) {
+            by_country.entry(c.to_string()).or_default().push(Value::Object(r.clone()).to_string());
+        }
+    }
+    assert!(by_country["US"].len() > 200, "the US index partition pages: {}", by_country["US"].len());
+    for (country, want) in &by_country {
+        let (found, pages) = lookup_pages(&h, "country", country, 100).await;
+        let mut got: Vec<String> = found.iter().map(Value::to_string).collect();
+        got.sort();
+        let mut want = want.clone();
+        want.sort();
+        let missing: Vec<&String> = want.iter().filter(|w| !got.contains(w)).take(3).collect();
+        let extra: Vec<&String> = got.iter().filter(|g| !want.contains(g)).take(3).collect();
+        assert!(
+            got == want,
+            "country={country}: {} found, {} expected; missing e.g. {missing:?}; not expected e.g. {extra:?}",
+            got.len(),
+            want.len()
+        );
+        // Every page but the last is full: ceil(n / 100) pages, or one more, empty, when n is
+        // a multiple of 100 and tombstones follow (the page that filled up had a continuation).
+        let n = want.len();
+        let full = pages[..pages.len() - 1].iter().all(|&p| p == 100);
+        let trailing_empty = n % 100 == 0 && pages.len() == n / 100 + 1 && pages.last() == Some(&0);
+        assert!(
+            full && (pages.len() == n.div_ceil(100) || trailing_empty),
+            "country={country}: {n} in pages {pages:?}"
+        );
+    }
+    assert!(lookup_pages(&h, "country", "CA", 1000).await.0.iter().all(|r| r["icao"] != icao.as_str()));
+
+    let (s, verify) = call_keyed(
+        &h,
+        reqwest::Method::POST,
+        "/api/jobs",
+        Some(&json!({"kind": "verify", "params": {"segment": 200}})),
+    )
+    .await;
+    assert_eq!(s, 202, "{verify}");
+    let verified = job_final(&h, verify["id"].as_str().unwrap(), Duration::from_secs(300)).await;
+    assert_eq!(verified["state"], "done", "{verified}");
+    assert_eq!(verified["counters"]["records"].as_u64(), Some(live), "{verified}");
+    let key = h.options.function_key.clone().unwrap();
+    let findings = h
+        .client()
+        .get(h.url(&format!("/api/jobs/{}/findings", verify["id"].as_str().unwrap())))
+        .header("x-functions-key", key)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(findings.status().as_u16(), 200);
+    let text = findings.text().await.unwrap();
+    assert!(text.trim().is_empty(), "no findings: {text}");
+
+    // Drop through the indexes_field function.
+    let (s, dropped) = call_keyed(&h, reqwest::Method::DELETE, "/api/indexes/country", None).await;
+    assert_eq!(s, 202, "{dropped}");
+    assert_eq!(dropped["index"]["state"], "dropping", "{dropped}");
+    let drop_job = dropped["job"].as_str().expect("job").to_string();
+    let (s, body) = call_keyed(&h, reqwest::Method::GET, "/api/records?country=US", None).await;
+    assert_eq!(s, 400, "a dropped index is not queryable: {body}");
+    assert!(body["error"]["message"].as_str().unwrap_or_default().contains("icao"), "names the active indexes: {body}");
+    let done = job_final(&h, &drop_job, Duration::from_secs(300)).await;
+    assert_eq!((done["state"].as_str(), done["kind"].as_str()), (Some("done"), Some("drop-index")), "{done}");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while index_entry(&h, "country").await.is_some() {
+        assert!(Instant::now() < deadline, "country still listed");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
+    // Every work item of both jobs came through the scan function; one was delivered twice.
+    let scans: Vec<_> = h.invocations().into_iter().filter(|i| i.function == "scan").collect();
+    assert!(scans.iter().all(|i| i.succeeded()), "{}", h.diagnostics());
+    let job_of = |i: &harness::Invocation| -> String {
+        let item: Value = serde_json::from_str(i.message_text.as_deref().unwrap_or("null")).unwrap_or(Value::Null);
+        item["job"].as_str().unwrap_or_default().to_string()
+    };
+    assert!(
+        scans.iter().any(|i| job_of(i) == backfill_job && i.dequeue_count == Some(2)),
+        "a backfill work item was redelivered: {}",
+        h.diagnostics()
+    );
+    assert!(scans.iter().any(|i| job_of(i) == drop_job), "the drop ran through the scan function");
+
+    // No row of the index remains, and the catalog verifies clean.
+    let catalog = Config::new(h.catalog_name()).connection_string(cs.clone()).open().await.unwrap();
+    assert_eq!(common::rows_of_index(&catalog, "country").await, 0, "rows of the dropped index remain");
+    let report = table_catalog::verify::verify(catalog.store().as_ref(), &catalog.names().table, &catalog.schema())
+        .await
+        .unwrap();
+    assert_eq!(report.total_findings(), 0, "{:?}", report.findings);
+    assert_eq!(report.records as u64, live);
     assert!(h.bugs().is_empty(), "{:?}", h.bugs());
     h.stop().await;
 }

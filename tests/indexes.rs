@@ -231,14 +231,8 @@ async fn indexes_added_and_dropped_while_8_writers_write_leave_a_consistent_cata
         verify_clean(&c, &label).await;
         check_lookups(&c, "tz", &label).await;
         check_lookups(&b, "tz", &format!("{label}, second instance")).await;
-        let prefix = table_catalog::jobs::index::partition_prefix("country");
-        let range = table_catalog::store::PartitionRange {
-            after: Some(prefix.clone()),
-            before: None,
-            to: Some(format!("{prefix}\u{ffff}")),
-        };
-        let left = c.store().query_partitions(&c.names().table, &range, 1000, None).await.unwrap();
-        assert!(left.entities.is_empty(), "{label}: rows of the dropped index remain: {}", left.entities.len());
+        let left = common::rows_of_index(&c, "country").await;
+        assert_eq!(left, 0, "{label}: rows of the dropped index remain");
     }
 }
 
@@ -327,6 +321,29 @@ async fn state_of(c: &Catalog, field: &str) -> Option<IndexState> {
     indexes::list(c).await.unwrap().into_iter().find(|i| i.field == field).map(|i| i.state)
 }
 
+/// The record moved from country US to CA: found by CA only, and verify is clean.
+async fn moved_to_ca(c: &Catalog, label: &str) {
+    let us = c.query(&Filter::new(vec![("country".into(), "US".into())]), 10, None).await.unwrap();
+    let ca = c.query(&Filter::new(vec![("country".into(), "CA".into())]), 10, None).await.unwrap();
+    assert_eq!(ca.records.len(), 1, "{label}: country=CA finds the record");
+    assert!(us.records.is_empty(), "{label}: country=US finds the record: {:?}", us.records);
+    verify_clean(c, label).await;
+}
+
+/// A fresh catalog with an active index `country` added online (no records yet).
+async fn with_active_country(backend: Backend, label: &str) -> Arc<Catalog> {
+    let c = common::catalog_with(backend, common::airports_schema(), opts()).await;
+    let (worker_stop, worker_rx) = tokio::sync::watch::channel(false);
+    let opts = ServeOptions { scan_workers: 2, ..ServeOptions::default() };
+    let scan = tokio::spawn(table_catalog::server::run_scan_worker(c.clone(), opts, worker_rx));
+    indexes::add(&c, "country").await.unwrap();
+    c.recover().await.unwrap();
+    wait_state(&c, "country", Some(IndexState::Active), label).await;
+    worker_stop.send_replace(true);
+    scan.await.unwrap();
+    c
+}
+
 /// Found by the randomized checker with index changes (seed 20261121, 1 shard: `moved_row`
 /// at quiescence). A replace whose new record is an identity that exists already, and that
 /// its filter does not match, writes the new record's rows; but the record's row of an added
@@ -336,19 +353,7 @@ async fn state_of(c: &Catalog, field: &str) -> Option<IndexState> {
 async fn a_replace_that_moves_an_unmatched_record_to_another_value_of_an_added_index_leaves_no_row_behind() {
     for backend in common::backends() {
         let label = format!("{backend:?}");
-        let c = common::catalog_with(backend, common::airports_schema(), opts()).await;
-        let (worker_stop, worker_rx) = tokio::sync::watch::channel(false);
-        let scan = tokio::spawn(table_catalog::server::run_scan_worker(
-            c.clone(),
-            ServeOptions { scan_workers: 2, ..ServeOptions::default() },
-            worker_rx,
-        ));
-        indexes::add(&c, "country").await.unwrap();
-        common::wait_for(&format!("{label}: country to turn active"), || async {
-            c.recover().await.unwrap();
-            (state_of(&c, "country").await == Some(IndexState::Active)).then_some(())
-        })
-        .await;
+        let c = with_active_country(backend, &label).await;
         let mut two = airports(2);
         let (mut r, other) = (two.remove(0), two.remove(0));
         r.insert("country".into(), json!("US"));
@@ -358,14 +363,7 @@ async fn a_replace_that_moves_an_unmatched_record_to_another_value_of_an_added_i
         let icao = other["icao"].as_str().unwrap().to_string();
         c.replace(Filter::new(vec![("icao".into(), icao)]), r.clone(), true).await.unwrap();
         c.recover().await.unwrap();
-        worker_stop.send_replace(true);
-        scan.await.unwrap();
-
-        let us = c.query(&Filter::new(vec![("country".into(), "US".into())]), 10, None).await.unwrap();
-        let ca = c.query(&Filter::new(vec![("country".into(), "CA".into())]), 10, None).await.unwrap();
-        assert_eq!(ca.records.len(), 1, "{label}: country=CA finds the record");
-        assert!(us.records.is_empty(), "{label}: country=US still finds the record: {:?}", us.records);
-        verify_clean(&c, &label).await;
+        moved_to_ca(&c, &label).await;
     }
 }
 
@@ -380,19 +378,7 @@ async fn a_replace_that_moves_an_unmatched_record_to_another_value_of_an_added_i
 async fn an_older_replace_applied_after_a_newer_upsert_of_its_record_leaves_no_row_of_its_added_index_value() {
     for backend in common::backends() {
         let label = format!("{backend:?}");
-        let c = common::catalog_with(backend, common::airports_schema(), opts()).await;
-        let (worker_stop, worker_rx) = tokio::sync::watch::channel(false);
-        let scan = tokio::spawn(table_catalog::server::run_scan_worker(
-            c.clone(),
-            ServeOptions { scan_workers: 2, ..ServeOptions::default() },
-            worker_rx,
-        ));
-        indexes::add(&c, "country").await.unwrap();
-        common::wait_for(&format!("{label}: country to turn active"), || async {
-            c.recover().await.unwrap();
-            (state_of(&c, "country").await == Some(IndexState::Active)).then_some(())
-        })
-        .await;
+        let c = with_active_country(backend, &label).await;
         let mut r = airports(40)
             .into_iter()
             .find(|r| c.applier().shard_of(&c.schema().record_keys(r).unwrap().row_key) != ShardId::ZERO)
@@ -406,55 +392,7 @@ async fn an_older_replace_applied_after_a_newer_upsert_of_its_record_leaves_no_r
         c.upsert(r.clone(), true).await.unwrap();
         c.wal().release_lease(lease).await;
         c.recover().await.unwrap();
-        worker_stop.send_replace(true);
-        scan.await.unwrap();
-
-        let us = c.query(&Filter::new(vec![("country".into(), "US".into())]), 10, None).await.unwrap();
-        let ca = c.query(&Filter::new(vec![("country".into(), "CA".into())]), 10, None).await.unwrap();
-        assert_eq!(ca.records.len(), 1, "{label}: country=CA finds the record");
-        assert!(us.records.is_empty(), "{label}: country=US finds the record: {:?}", us.records);
-        verify_clean(&c, &label).await;
-    }
-}
-/// Seen while writing the checker's schema operator (its changes go through an instance
-/// without injected faults because of this). `index add` writes the schema row first, then
-/// raises the clock's version and logs the schema entry. When the schema row's write
-/// commits but its answer is lost (a 503 after commit, a timeout), or a later step fails,
-/// the add fails with a transient error, yet the index is `backfilling` with no schema entry
-/// to start its job; a retried add is refused ("already an index (backfilling)") and nothing
-/// ever starts the backfill, so the index stays `backfilling` for good.
-#[cfg(feature = "fault-injection")]
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_add_that_failed_after_its_schema_row_was_written_can_be_completed() {
-    use table_catalog::store::fault::{unavailable, Fault, FaultStore, OpKind, Rule, Trigger};
-    for backend in common::backends() {
-        let label = format!("{backend:?}");
-        let faulty = Arc::new(FaultStore::new(common::store(backend), 1));
-        let names = table_catalog::config::Names::new(&common::unique_name("t"), None, None).unwrap();
-        let c = Arc::new(Catalog::open(faulty.clone(), names, common::airports_schema(), opts()).await.unwrap());
-        c.upsert_many(airports(20), true).await.unwrap();
-        let (worker_stop, worker_rx) = tokio::sync::watch::channel(false);
-        let scan = tokio::spawn(table_catalog::server::run_scan_worker(
-            c.clone(),
-            ServeOptions { scan_workers: 2, ..ServeOptions::default() },
-            worker_rx,
-        ));
-        // The schema row's replace commits, and its answer is a 503.
-        let wal_table = c.names().wal_table.clone();
-        faulty.add(Rule::new(&[OpKind::Replace], Trigger::Nth(1), Fault::CommitThenFail(unavailable())).on(&wal_table));
-        let first = indexes::add(&c, "country").await;
-        assert!(first.as_ref().is_err_and(|e| e.is_transient()), "{label}: the add failed transiently: {first:?}");
-        faulty.clear();
-        // The caller retries, as for any transient error.
-        let retry = indexes::add(&c, "country").await;
-        eprintln!("{label}: retried add: {retry:?}");
-        common::wait_for(&format!("{label}: country to turn active after a retried add"), || async {
-            c.recover().await.unwrap();
-            (state_of(&c, "country").await == Some(IndexState::Active)).then_some(())
-        })
-        .await;
-        worker_stop.send_replace(true);
-        scan.await.unwrap();
+        moved_to_ca(&c, &label).await;
     }
 }
 
@@ -494,6 +432,48 @@ async fn an_index_added_again_after_a_drop_has_a_row_for_every_record() {
                 .await;
             }
         }
+        worker_stop.send_replace(true);
+        scan.await.unwrap();
+    }
+}
+
+/// Seen while writing the checker's schema operator. `index add` writes the schema row
+/// first, then raises the clock's version and logs the schema entry. When the schema row's
+/// write commits but its answer is lost (a 503 after commit, a timeout), or a later step
+/// fails, the add fails with a transient error while the index is `backfilling` with no
+/// schema entry to start its job. A retried add was refused ("already an index
+/// (backfilling)") and nothing ever started the backfill; now a retry publishes the change
+/// again (`tests/index_faults.rs` covers each step).
+#[cfg(feature = "fault-injection")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_add_that_failed_after_its_schema_row_was_written_can_be_completed() {
+    use table_catalog::store::fault::{unavailable, Fault, FaultStore, OpKind, Rule, Trigger};
+    for backend in common::backends() {
+        let label = format!("{backend:?}");
+        let faulty = Arc::new(FaultStore::new(common::store(backend), 1));
+        let names = table_catalog::config::Names::new(&common::unique_name("t"), None, None).unwrap();
+        let c = Arc::new(Catalog::open(faulty.clone(), names, common::airports_schema(), opts()).await.unwrap());
+        c.upsert_many(airports(20), true).await.unwrap();
+        let (worker_stop, worker_rx) = tokio::sync::watch::channel(false);
+        let scan = tokio::spawn(table_catalog::server::run_scan_worker(
+            c.clone(),
+            ServeOptions { scan_workers: 2, ..ServeOptions::default() },
+            worker_rx,
+        ));
+        // The schema row's replace commits, and its answer is a 503.
+        let wal_table = c.names().wal_table.clone();
+        faulty.add(Rule::new(&[OpKind::Replace], Trigger::Nth(1), Fault::CommitThenFail(unavailable())).on(&wal_table));
+        let first = indexes::add(&c, "country").await;
+        assert!(first.as_ref().is_err_and(|e| e.is_transient()), "{label}: the add failed transiently: {first:?}");
+        faulty.clear();
+        // The caller retries, as for any transient error.
+        let retry = indexes::add(&c, "country").await;
+        eprintln!("{label}: retried add: {retry:?}");
+        common::wait_for(&format!("{label}: country to turn active after a retried add"), || async {
+            c.recover().await.unwrap();
+            (state_of(&c, "country").await == Some(IndexState::Active)).then_some(())
+        })
+        .await;
         worker_stop.send_replace(true);
         scan.await.unwrap();
     }

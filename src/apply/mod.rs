@@ -214,6 +214,8 @@ impl Applier {
         if schema.version() >= current.version() {
             if schema.version() > current.version() {
                 tracing::info!(version = schema.version(), indexes = %schema.index_keys.join(","), "schema changed");
+                // Rows of a dropped index were deleted behind the cache's back.
+                self.rows.clear();
             }
             self.wal.note_schema_version(schema.version());
             *current = Arc::new(schema);

@@ -4,7 +4,11 @@
 //!
 //! Only a hint: a stale entry costs a failed conditional write (412 or 404) and the slow
 //! path; it can never make a write go through that fencing would refuse, because every
-//! write it enables is conditional on the cached ETag. Bounded: two generations of at most
+//! write it enables is conditional on the cached ETag. It does make the applier skip a row
+//! it remembers holding the same or a newer WAL id, which is wrong once something deleted
+//! that row behind its back: the only such deleter is the job of `index drop`
+//! ([`crate::jobs::index`]), so the cache is cleared whenever the schema version changes (an
+//! index added again after a drop is a later version). Bounded: two generations of at most
 //! [`GENERATION`] rows each; when the young one fills up, the old one is dropped.
 
 use std::collections::HashMap;
@@ -41,6 +45,12 @@ impl RowCache {
             g.1 = std::mem::take(&mut g.0);
         }
         g.0.insert((pk.to_string(), rk.to_string()), (etag, wal_id.to_string()));
+    }
+
+    /// Forgets every row.
+    pub fn clear(&self) {
+        let mut g = self.gens.lock().unwrap_or_else(|p| p.into_inner());
+        *g = Default::default();
     }
 
     /// Forgets a row.

@@ -132,6 +132,9 @@ pub struct Clock {
     /// This process's publication; held across the write so publications of one process
     /// are ordered and each deletes the row of the one before.
     published: tokio::sync::Mutex<Published>,
+    /// Largest `last` any caller of [`Clock::publish`] asked for: a publication covers the
+    /// callers that queued behind the one before it (group commit of publications).
+    wanted: std::sync::atomic::AtomicI64,
     /// The largest `last` of the legacy rows, read once before the first round.
     legacy: tokio::sync::OnceCell<i64>,
 }
@@ -144,6 +147,7 @@ impl Clock {
             skew_us,
             own_last: std::sync::Mutex::new(0),
             published: tokio::sync::Mutex::new(Published::default()),
+            wanted: std::sync::atomic::AtomicI64::new(0),
             legacy: tokio::sync::OnceCell::new(),
         }
     }
@@ -205,12 +209,17 @@ impl Clock {
 
     /// Publishes `last` (unless a larger value already was): upserts its row and deletes
     /// this process's previous row in one entity group transaction. When this returns `Ok`,
-    /// every later [`Clock::high_water`] in any process is at least `last`.
+    /// every later [`Clock::high_water`] in any process is at least `last`. Callers that
+    /// queue while a publication runs are served by the next one, which publishes the
+    /// largest `last` of them all (a larger published value only raises later ids).
     pub async fn publish(&self, store: &dyn Store, table: &str, last: i64) -> Result<()> {
+        use std::sync::atomic::Ordering::SeqCst;
+        self.wanted.fetch_max(last, SeqCst);
         let mut published = self.published.lock().await;
         if published.last >= last {
             return Ok(());
         }
+        let last = self.wanted.load(SeqCst).max(last);
         crate::faults::point("before_clock_publish")?;
         let key = row_key(last, &self.owner);
         let row =

@@ -146,3 +146,15 @@ pub async fn wait_for<T, F: std::future::Future<Output = Option<T>>>(what: &str,
     };
     tokio::time::timeout(DEADLINE, polling).await.unwrap_or_else(|_| panic!("{what}: not within {DEADLINE:?}"))
 }
+
+/// How many rows (live or tombstones) of index `field` the catalog table holds, up to 1,000:
+/// the partitions whose key starts with the index's prefix (`{n}_{field}`).
+pub async fn rows_of_index(c: &Catalog, field: &str) -> usize {
+    let prefix = table_catalog::jobs::index::partition_prefix(field);
+    let range = table_catalog::store::PartitionRange {
+        after: Some(prefix.clone()),
+        before: None,
+        to: Some(format!("{prefix}\u{ffff}")),
+    };
+    c.store().query_partitions(&c.names().table, &range, 1000, None).await.unwrap().entities.len()
+}

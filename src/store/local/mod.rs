@@ -10,6 +10,9 @@
 //! connections (`readers.rs`) and never wait for the writer; an in-memory store has a single
 //! connection, so its reads go through the writer too.
 //!
+//! Checkpoints (copying the log back into the database file) of a file-backed store run on a
+//! thread of their own (`checkpointer.rs`), not inside the writer's commits.
+//!
 //! Durability: SQLite in WAL journal mode. With [`Durability::Full`] (the default) every
 //! commit is fsynced (`synchronous=FULL`), so an acknowledged write survives a power loss;
 //! with [`Durability::Process`] (`synchronous=NORMAL`) it survives a killed process but not
@@ -19,6 +22,7 @@
 //! Keys compare in UTF-16 code-unit order (the order Azurite uses; SQLite's own would be
 //! code-point order), through a registered collation.
 
+mod checkpointer;
 mod codec;
 mod readers;
 mod sql;
@@ -88,25 +92,33 @@ impl LocalStore {
             .map_err(|e| super::StoreError::Other(format!("embedded store: cannot create {}: {e}", dir.display())))?;
         let path = dir.join("catalog.sqlite3");
         let conn = Connection::open(&path).map_err(db_err)?;
-        let writer = Self::start_writer(conn, durability)?;
+        let sync = Self::prepare(&conn, durability)?;
+        // The writer checkpoints itself only past the backstop; the checkpoint thread does
+        // it before (see `checkpointer`).
+        conn.pragma_update(None, "wal_autocheckpoint", checkpointer::BACKSTOP_PAGES).map_err(db_err)?;
+        let checkpoints = checkpointer::start(&path, sync)?;
+        let writer = Arc::new(Writer::start(conn, Some(checkpoints))?);
         Ok(LocalStore { writer, readers: Some(Arc::new(Readers::new(path))) })
     }
 
     /// A private in-memory store (tests, benchmarks).
     pub fn in_memory() -> StoreResult<LocalStore> {
         let conn = Connection::open_in_memory().map_err(db_err)?;
-        Ok(LocalStore { writer: Self::start_writer(conn, Durability::Process)?, readers: None })
+        Self::prepare(&conn, Durability::Process)?;
+        Ok(LocalStore { writer: Arc::new(Writer::start(conn, None)?), readers: None })
     }
 
-    fn start_writer(conn: Connection, durability: Durability) -> StoreResult<Arc<Writer>> {
-        configure(&conn)?;
+    /// Configures the writer's connection (journal mode, `synchronous`, schema); returns
+    /// the `synchronous` setting, which the checkpoint connection shares.
+    fn prepare(conn: &Connection, durability: Durability) -> StoreResult<&'static str> {
+        configure(conn)?;
         let sync = match durability {
             Durability::Full => "FULL",
             Durability::Process => "NORMAL",
         };
         conn.execute_batch(&format!("PRAGMA journal_mode=WAL; PRAGMA synchronous={sync};")).map_err(db_err)?;
         conn.execute_batch(sql::SCHEMA).map_err(db_err)?;
-        Ok(Arc::new(Writer::start(conn)?))
+        Ok(sync)
     }
 
     /// Counts of the writer thread's work since the store was opened (shared by clones):

@@ -139,12 +139,20 @@ pub(super) fn upsert(conn: &Connection, table: &str, e: &Encoded) -> StoreResult
     Ok(etag)
 }
 
-/// Insert; `AlreadyExists` when the entity is there.
+/// Insert; `AlreadyExists` when the entity is there. One statement: the primary key refuses
+/// a duplicate (the statement alone is rolled back), so there is no lookup first.
 pub(super) fn insert(conn: &Connection, table: &str, e: &Encoded) -> StoreResult<ETag> {
-    if current_etag(conn, table, &e.pk, &e.rk)?.is_some() {
-        return Err(StoreError::AlreadyExists("insert: the entity already exists (EntityAlreadyExists)".into()));
+    let etag = new_etag();
+    let inserted = conn
+        .prepare_cached("INSERT INTO entities (tbl, pk, rk, etag, props) VALUES (?1, ?2, ?3, ?4, ?5)")
+        .and_then(|mut s| s.execute(params![table, e.pk, e.rk, etag.0, e.props]));
+    match inserted {
+        Ok(_) => Ok(etag),
+        Err(rusqlite::Error::SqliteFailure(f, _)) if f.extended_code == rusqlite::ffi::SQLITE_CONSTRAINT_PRIMARYKEY => {
+            Err(StoreError::AlreadyExists("insert: the entity already exists (EntityAlreadyExists)".into()))
+        }
+        Err(other) => Err(db_err(other)),
     }
-    upsert(conn, table, e)
 }
 
 /// Replace under `if_match`.

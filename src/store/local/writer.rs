@@ -23,6 +23,7 @@ use rusqlite::Connection;
 use tokio::sync::oneshot;
 
 use super::super::{StoreError, StoreResult};
+use super::checkpointer::Nudge;
 use super::sql::db_err;
 
 /// Most requests one transaction holds. Bounds the time a request waits for the commit of a
@@ -120,14 +121,15 @@ fn writer_gone() -> StoreError {
 }
 
 impl Writer {
-    /// Starts the thread, which owns `conn` from now on.
-    pub(super) fn start(conn: Connection) -> StoreResult<Writer> {
+    /// Starts the thread, which owns `conn` from now on. `checkpoints` is told of every
+    /// commit (a file-backed store's checkpoint thread, see [`super::checkpointer`]).
+    pub(super) fn start(conn: Connection, checkpoints: Option<Nudge>) -> StoreResult<Writer> {
         let (tx, rx) = mpsc::channel();
         let stats = Arc::new(Counters::default());
         let counters = stats.clone();
         std::thread::Builder::new()
             .name("tc-sqlite-writer".into())
-            .spawn(move || run(conn, rx, &counters))
+            .spawn(move || run(conn, rx, &Observers { stats: &counters, checkpoints: checkpoints.as_ref() }))
             .map_err(|e| StoreError::Other(format!("embedded store: cannot start the writer thread: {e}")))?;
         Ok(Writer { tx, stats })
     }
@@ -160,10 +162,16 @@ impl Writer {
     }
 }
 
+/// Who hears of each group: the counters, and the checkpoint thread if any.
+struct Observers<'a> {
+    stats: &'a Counters,
+    checkpoints: Option<&'a Nudge>,
+}
+
 /// The thread: one group per turn until every handle is dropped.
-fn run(conn: Connection, rx: mpsc::Receiver<Msg>, stats: &Counters) {
+fn run(conn: Connection, rx: mpsc::Receiver<Msg>, obs: &Observers<'_>) {
     while let Some(first) = rx.recv().ok().and_then(Msg::request) {
-        if !group(&conn, &rx, first, stats) {
+        if !group(&conn, &rx, first, obs) {
             return;
         }
     }
@@ -171,7 +179,7 @@ fn run(conn: Connection, rx: mpsc::Receiver<Msg>, stats: &Counters) {
 
 /// Runs one group: `first` and whatever else is queued, up to [`MAX_GROUP`]. False when
 /// the thread is to stop.
-fn group(conn: &Connection, rx: &mpsc::Receiver<Msg>, first: Box<dyn Request>, stats: &Counters) -> bool {
+fn group(conn: &Connection, rx: &mpsc::Receiver<Msg>, first: Box<dyn Request>, obs: &Observers<'_>) -> bool {
     if let Err(e) = statement(conn, "BEGIN IMMEDIATE") {
         first.answer(Err(&e));
         return true;
@@ -182,7 +190,7 @@ fn group(conn: &Connection, rx: &mpsc::Receiver<Msg>, first: Box<dyn Request>, s
         let ran = run_one(conn, request.as_mut());
         done.push(request);
         if let Err(e) = ran {
-            finish(conn, done, Err(e), stats);
+            finish(conn, done, Err(e), obs);
             return true;
         }
         if done.len() >= MAX_GROUP {
@@ -191,23 +199,26 @@ fn group(conn: &Connection, rx: &mpsc::Receiver<Msg>, first: Box<dyn Request>, s
         next = match rx.try_recv().map(Msg::request) {
             Ok(Some(r)) => Some(r),
             Ok(None) => {
-                finish(conn, done, Ok(()), stats);
+                finish(conn, done, Ok(()), obs);
                 return false;
             }
             Err(_) => None,
         };
     }
-    finish(conn, done, Ok(()), stats);
+    finish(conn, done, Ok(()), obs);
     true
 }
 
 /// Commits the group (unless `so_far` is already an error), rolls it back on failure, and
 /// answers every request of it.
-fn finish(conn: &Connection, done: Vec<Box<dyn Request>>, so_far: StoreResult<()>, stats: &Counters) {
+fn finish(conn: &Connection, done: Vec<Box<dyn Request>>, so_far: StoreResult<()>, obs: &Observers<'_>) {
     let outcome = so_far.and_then(|()| statement(conn, "COMMIT"));
-    stats.requests.fetch_add(done.len() as u64, Ordering::Relaxed);
+    obs.stats.requests.fetch_add(done.len() as u64, Ordering::Relaxed);
     if outcome.is_ok() {
-        stats.commits.fetch_add(1, Ordering::Relaxed);
+        obs.stats.commits.fetch_add(1, Ordering::Relaxed);
+        if let Some(checkpoints) = obs.checkpoints {
+            checkpoints.committed();
+        }
     }
     if outcome.is_err() && !conn.is_autocommit() {
         // Best effort: the error answered below is what matters.
