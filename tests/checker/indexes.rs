@@ -72,7 +72,7 @@ pub const FIELDS: [(&str, &[&str]); 3] = [
 
 /// How much older than the lookup the schema copy it answers from may be: the lookup
 /// re-reads a copy older than [`indexes::LOOKUP_SCHEMA_AGE`], plus 1 s for the read itself.
-pub const STALE: Duration = Duration::from_secs(3);
+pub const STALE: Duration = Duration::from_secs(indexes::LOOKUP_SCHEMA_AGE.as_secs() + 1);
 
 /// Sets the added-index fields of `r` from its `v` (so the clients' random streams stay
 /// those of the checker without indexes).
