@@ -375,13 +375,8 @@ impl Catalog {
     /// Asks for an apply hint for an entry (sent in the background, coalesced; see
     /// [`crate::hinter`]; the hinter wakes this process's queue worker once the hint is on
     /// the queue). A lost hint only delays the entry until the sweeper applies it.
-    fn hint(&self, shard: ShardId, id: &WalId) {
+    pub(crate) fn hint(&self, shard: ShardId, id: &WalId) {
         self.hints.hint(shard, id);
-    }
-
-    /// Asks for an apply hint for entry `id` of `shard` (see [`Catalog::hint`]).
-    pub(crate) fn hint_shard(&self, shard: ShardId, id: &WalId) {
-        self.hint(shard, id);
     }
 
     /// Waits until every apply hint this catalog asked for was sent (hints go after the
@@ -431,10 +426,21 @@ impl Catalog {
     /// `continuation`.
     pub async fn query(&self, filter: &Filter, limit: usize, continuation: Option<&str>) -> Result<ResultPage> {
         let schema = self.lookup_schema(filter).await?;
+        self.query_under(&schema, filter, limit, continuation).await
+    }
+
+    /// [`Catalog::query`] under `schema`, which the filter was checked against.
+    async fn query_under(
+        &self,
+        schema: &Schema,
+        filter: &Filter,
+        limit: usize,
+        continuation: Option<&str>,
+    ) -> Result<ResultPage> {
         if limit == 0 || limit > MAX_PAGE {
             return Err(Error::invalid(format!("limit: {limit} is out of range 1..={MAX_PAGE}")));
         }
-        query::query_page(self.store.as_ref(), &self.names.table, &schema, filter, limit, continuation).await
+        query::query_page(self.store.as_ref(), &self.names.table, schema, filter, limit, continuation).await
     }
 
     /// The schema to run lookup `filter` under, after checking the filter against it (see
@@ -456,10 +462,10 @@ impl Catalog {
         limit: usize,
         continuation: Option<&str>,
     ) -> Result<ResultPage> {
-        self.lookup_schema(filter).await?;
+        let schema = self.lookup_schema(filter).await?;
         let deadline = Instant::now() + self.opts.consistent_timeout;
         match self.applier.catch_up(deadline).await? {
-            CaughtUp::Yes => self.query(filter, limit, continuation).await,
+            CaughtUp::Yes => self.query_under(&schema, filter, limit, continuation).await,
             CaughtUp::Backlog { pending } => Err(Error::Busy {
                 message: format!(
                     "consistent: {pending} WAL entries are still to be applied (at most {} are applied for a consistent read); retry later, or read without consistent=true",

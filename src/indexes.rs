@@ -245,7 +245,7 @@ async fn publish(catalog: &Catalog, row: &crate::store::Entity, field: &str) -> 
             Err(e) => return Err(e),
         }
     };
-    catalog.hint_shard(ShardId::ZERO, &id);
+    catalog.hint(ShardId::ZERO, &id);
     tracing::info!(field, state = index.state.name(), version = index.version, wal_id = %id, "index change logged");
     let job = JobId::for_wal(&id).to_string();
     Ok(IndexChange {

@@ -11,9 +11,8 @@ use std::sync::Arc;
 use serde_json::{json, Value};
 use table_catalog::catalog::Catalog;
 use table_catalog::import::{self, Format};
-use table_catalog::jobs::{Job, JobHandler, JobKind, JobState, Jobs};
+use table_catalog::jobs::{JobHandler, JobKind, JobState, Jobs};
 use table_catalog::record::{self, Record};
-use table_catalog::server::ServeOptions;
 use table_catalog::store::{Entity, IfMatch};
 use table_catalog::verify::{self, VerifyOptions};
 
@@ -48,21 +47,6 @@ async fn corrupted(backend: Backend, n: usize) -> Arc<Catalog> {
     c
 }
 
-/// Runs the scan queue's dispatcher with `workers` items at once until the job is final.
-async fn run_until_final(c: &Arc<Catalog>, jobs: &Jobs, job: &Job, workers: usize) -> Job {
-    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let opts = ServeOptions { scan_workers: workers, ..ServeOptions::default() };
-    let worker = tokio::spawn(table_catalog::server::run_scan_worker(c.clone(), opts, stop_rx));
-    let done = common::wait_for("the job to finish", || async {
-        let j = jobs.get(&job.id).await.unwrap();
-        j.state.is_final().then_some(j)
-    })
-    .await;
-    stop_tx.send_replace(true);
-    worker.await.unwrap();
-    done
-}
-
 fn finding_lines(values: &[Value]) -> BTreeSet<String> {
     values.iter().map(|v| v.to_string()).collect()
 }
@@ -79,7 +63,7 @@ async fn a_verify_job_counts_what_a_serial_verify_counts_and_a_repair_job_fixes_
 
         let jobs = Jobs::for_catalog(c.clone());
         let job = jobs.start(JobKind::Verify, json!({"segment": 40})).await.unwrap();
-        let done = run_until_final(&c, &jobs, &job, 4).await;
+        let done = common::run_job_until_final(&c, &jobs, &job, 4).await;
         assert_eq!(done.state, JobState::Done, "{backend:?}: {done:?}");
         assert_eq!(done.counters["rows"], serial.rows as u64, "{backend:?}: {done:?}");
         assert_eq!(done.counters["records"], serial.records as u64, "{backend:?}");
@@ -97,7 +81,7 @@ async fn a_verify_job_counts_what_a_serial_verify_counts_and_a_repair_job_fixes_
         assert_eq!(finding_lines(&found), finding_lines(&want), "{backend:?}: the same findings");
 
         let repair = jobs.start(JobKind::Repair, json!({"segment": 100})).await.unwrap();
-        let repaired = run_until_final(&c, &jobs, &repair, 3).await;
+        let repaired = common::run_job_until_final(&c, &jobs, &repair, 3).await;
         assert_eq!(repaired.state, JobState::Done, "{backend:?}: {repaired:?}");
         assert_eq!(repaired.counters["upserts"], 14, "{backend:?}: {repaired:?}");
         c.recover().await.unwrap();
@@ -121,7 +105,7 @@ async fn the_job_and_export_routes() {
         let id = body["id"].as_str().unwrap().to_string();
         let jobs = Jobs::for_catalog(c.clone());
         let job = jobs.get(&table_catalog::jobs::JobId::parse(&id).unwrap()).await.unwrap();
-        let done = run_until_final(&c, &jobs, &job, 2).await;
+        let done = common::run_job_until_final(&c, &jobs, &job, 2).await;
         let (s, body) = call("GET", format!("/api/jobs/{id}"), "").await;
         assert_eq!((s.as_u16(), body["state"].as_str()), (200, Some("done")), "{backend:?}: {body}");
         assert_eq!(body["counters"]["rows"].as_u64(), Some(done.counters["rows"]));
@@ -199,7 +183,7 @@ async fn a_trim_history_job_removes_exactly_the_expired_rows() {
         }
         let jobs = Jobs::for_catalog(c.clone());
         let job = jobs.start(JobKind::TrimHistory, json!({"days": 30, "segment": 7})).await.unwrap();
-        let done = run_until_final(&c, &jobs, &job, 3).await;
+        let done = common::run_job_until_final(&c, &jobs, &job, 3).await;
         assert_eq!(done.state, JobState::Done, "{backend:?}: {done:?}");
         assert_eq!((done.counters["rows"], done.counters["removed"]), (60 + expired, expired), "{backend:?}: {done:?}");
         let left: Vec<Entity> =

@@ -15,11 +15,10 @@ use table_catalog::catalog::{Catalog, CatalogOptions};
 use table_catalog::config::Names;
 use table_catalog::hashed::HashKey;
 use table_catalog::jobs::rebuild::Rebuild;
-use table_catalog::jobs::{Job, JobKind, JobState, Jobs};
+use table_catalog::jobs::{JobKind, JobState, Jobs};
 use table_catalog::query::Filter;
 use table_catalog::record::Record;
 use table_catalog::schema::Schema;
-use table_catalog::server::ServeOptions;
 use table_catalog::store::pager;
 use table_catalog::{settings, verify};
 
@@ -52,20 +51,6 @@ async fn source(backend: common::Backend, redact: bool) -> Arc<Catalog> {
     c
 }
 
-async fn run(c: &Arc<Catalog>, jobs: &Jobs, job: &Job) -> Job {
-    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let opts = ServeOptions { scan_workers: 3, ..ServeOptions::default() };
-    let worker = tokio::spawn(table_catalog::server::run_scan_worker(c.clone(), opts, stop_rx));
-    let done = common::wait_for("the rebuild job", || async {
-        let j = jobs.get(&job.id).await.unwrap();
-        j.state.is_final().then_some(j)
-    })
-    .await;
-    stop_tx.send_replace(true);
-    worker.await.unwrap();
-    done
-}
-
 async fn keys_of(c: &Catalog) -> BTreeSet<String> {
     let rows: Vec<_> = pager::scan_entities(c.store().as_ref(), &c.names().table, 1000).try_collect().await.unwrap();
     rows.into_iter().map(|e| e.partition_key).collect()
@@ -81,7 +66,7 @@ async fn a_rebuild_job_rotates_the_hash_key_and_changes_the_row_key() {
         let params = json!({"into": into, "row_key": "firstname", "segment": 20});
         let jobs = Jobs::for_catalog(src.clone());
         let job = jobs.start(JobKind::Rebuild, params.clone()).await.unwrap();
-        let done = run(&src, &jobs, &job).await;
+        let done = common::run_job_until_final(&src, &jobs, &job, 3).await;
         assert_eq!(done.state, JobState::Done, "{backend:?}: {done:?}");
         assert_eq!((done.counters["records"], done.counters["refused"]), (150, 0), "{backend:?}: {done:?}");
 

@@ -158,3 +158,24 @@ pub async fn rows_of_index(c: &Catalog, field: &str) -> usize {
     };
     c.store().query_partitions(&c.names().table, &range, 1000, None).await.unwrap().entities.len()
 }
+
+/// Runs the scan queue's dispatcher of `c` with `workers` work items at once until `job` is
+/// final, and returns it as it ended.
+pub async fn run_job_until_final(
+    c: &Arc<Catalog>,
+    jobs: &table_catalog::jobs::Jobs,
+    job: &table_catalog::jobs::Job,
+    workers: usize,
+) -> table_catalog::jobs::Job {
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let opts = table_catalog::server::ServeOptions { scan_workers: workers, ..Default::default() };
+    let worker = tokio::spawn(table_catalog::server::run_scan_worker(c.clone(), opts, stop_rx));
+    let done = wait_for("the job to finish", || async {
+        let j = jobs.get(&job.id).await.unwrap();
+        j.state.is_final().then_some(j)
+    })
+    .await;
+    stop_tx.send_replace(true);
+    worker.await.unwrap();
+    done
+}
