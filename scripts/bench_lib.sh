@@ -83,3 +83,30 @@ bench_cleanup() {
     bench_stop_serves
     bench_azurite_stop
 }
+
+# bench_requests_total URLS OUT [DRAIN_SECONDS] -> waits (at most DRAIN_SECONDS, default 0) until
+# the catalog has no pending WAL entry, then writes to OUT the storage requests made so far by
+# the serves at URLS (comma-separated), summed: {"total": n, "table": n, "queue": n,
+# "by_op": {op: n}}, from each one's `status` -> `requests`. A serve without counters adds nothing.
+bench_requests_total() {
+    python3 - "$1" "$2" "${3:-0}" <<'PY'
+import json, sys, time, urllib.request
+urls, out, drain = sys.argv[1].split(","), sys.argv[2], float(sys.argv[3])
+def status(url):
+    with urllib.request.urlopen(url + "/api/status", timeout=30) as r:
+        return json.load(r)
+deadline = time.time() + drain
+while drain > 0 and time.time() < deadline and status(urls[0]).get("pending", 0) > 0:
+    time.sleep(0.5)
+total = {"total": 0, "table": 0, "queue": 0, "by_op": {}}
+for url in urls:
+    req = status(url).get("requests")
+    if not req:
+        continue
+    for k in ("total", "table", "queue"):
+        total[k] += req.get(k, 0)
+    for op, c in req.get("by_op", {}).items():
+        total["by_op"][op] = total["by_op"].get(op, 0) + c.get("total", 0)
+json.dump(total, open(out, "w"))
+PY
+}

@@ -8,7 +8,9 @@
 #   2. Azurite (private, in-memory), 1 process;
 #   3. Azurite, 3 processes on one catalog, requests round-robin.
 # Each cell also reports the CPU time (user + system) the serve processes used during the load,
-# per acknowledged write (the load generator shares the machine, so CPU is often the limit).
+# per acknowledged write (the load generator shares the machine, so CPU is often the limit),
+# and the storage requests the serves made (their `status` counters, summed over processes,
+# from before the load until the writes are applied) per acknowledged write.
 #
 #   scripts/bench_writes.sh            # compares with main~
 #   scripts/bench_writes.sh 67a5551    # or any commit / ref
@@ -17,7 +19,8 @@
 # git metadata changes) and of the working tree, with
 # the same $CARGO_TARGET_DIR so dependencies build once. Settings (environment): WRITES_CLIENTS
 # (16), WRITES_SECONDS (20), WRITES_SCENARIOS (embedded,azurite1,azurite3), WRITES_OLD_BIN (a
-# release binary of REF built earlier, instead of building it), BENCH_OUT (also write the report
+# release binary of REF built earlier, instead of building it; a build of REF made by an earlier
+# run is kept in $CARGO_TARGET_DIR/bench-writes/ and reused), BENCH_OUT (also write the report
 # there). Raw JSON stays in $CARGO_TARGET_DIR/bench-writes/. Nothing here asserts
 # on time; the numbers depend on the machine and its load.
 set -euo pipefail
@@ -50,6 +53,8 @@ trap cleanup EXIT
 log "building the working tree"
 cargo build --release --quiet
 cp "$target_dir/release/table-catalog" "$work/new"
+cached_old="$out_dir/table-catalog-$old_sha" # each old build is kept, and reused by later runs
+if [ -z "${WRITES_OLD_BIN:-}" ] && [ -x "$cached_old" ]; then WRITES_OLD_BIN="$cached_old"; fi
 if [ -n "${WRITES_OLD_BIN:-}" ]; then
     # A release binary of REF built earlier (saves a full build on a busy machine).
     log "using $WRITES_OLD_BIN as the build of $ref ($old_sha)"
@@ -62,6 +67,7 @@ else
     (cd "$old_tree" && CARGO_TARGET_DIR="$target_dir" cargo build --release --quiet)
     cp "$target_dir/release/table-catalog" "$work/old"
     "$work/old" --version | grep -q bench-old || { echo "bench_writes.sh: the old build did not produce the old binary" >&2; exit 1; }
+    cp "$work/old" "$cached_old"
     cargo build --release --quiet # puts the working tree's binary back in place for other scripts
 fi
 new_sha="$(git rev-parse --short=12 HEAD)"
@@ -78,8 +84,11 @@ cpu_ticks() { # CPU time (user + system, clock ticks) of every serve started so 
 load() { # label urls(comma-separated); also records the serves' CPU seconds during the load
     local before
     before="$(cpu_ticks)"
+    bench_requests_total "$2" "$out_dir/$1.requests-before.json"
     "$work/new" bench writes --urls "$2" --clients "$clients" --seconds "$seconds" --seed 1 >"$out_dir/$1.json"
     awk -v a="$(cpu_ticks)" -v b="$before" -v hz="$(getconf CLK_TCK)" 'BEGIN { printf "%.2f\n", (a - b) / hz }' >"$out_dir/$1.cpu"
+    # Requests until the writes are applied (at most 120 s more), so each write's apply counts.
+    bench_requests_total "$2" "$out_dir/$1.requests-after.json" 120
     cat "$out_dir/$1.json" >&2
 }
 stop() { # serves, gracefully (in-flight requests finish), killed after 10 s (the stores are thrown away)
@@ -147,7 +156,16 @@ def cell(version, scenario):
     cpu = ""
     if os.path.exists(cpu_path) and j["acked"]:
         cpu = f", serve CPU {float(open(cpu_path).read()) / j['acked'] * 1e6:.0f} µs/write"
-    return f"**{j['writes_per_s']:.0f}/s**, ack p50 {j['ack_p50_ms']:.1f} ms, p99 {j['ack_p99_ms']:.1f} ms ({j['acked']} acked{failed}{cpu})"
+    reqs = ""
+    before, after = (path[:-len(".json")] + f".requests-{w}.json" for w in ("before", "after"))
+    if os.path.exists(before) and os.path.exists(after) and j["acked"]:
+        b, a = json.load(open(before)), json.load(open(after))
+        if a["total"] > b["total"]:
+            per = lambda k: (a[k] - b[k]) / j["acked"]
+            ops = sorted(((a["by_op"][o] - b["by_op"].get(o, 0)) / j["acked"], o) for o in a["by_op"])
+            top = ", ".join(f"{o} {n:.2f}" for n, o in reversed(ops[-4:]))
+            reqs = f", {per('total'):.2f} storage requests/write ({per('table'):.2f} table + {per('queue'):.2f} queue; {top})"
+    return f"**{j['writes_per_s']:.0f}/s**, ack p50 {j['ack_p50_ms']:.1f} ms, p99 {j['ack_p99_ms']:.1f} ms ({j['acked']} acked{failed}{cpu}{reqs})"
 print(f"Writes over HTTP: `POST /api/records?upsert=true`, {e['BENCH_CLIENTS']} clients, {e['BENCH_SECONDS']} s per cell, "
       f"{datetime.datetime.now(datetime.timezone.utc).strftime('%Y-%m-%d %H:%M UTC')}, {os.cpu_count()} cores, "
       f"load average {e['BENCH_LOAD']} (before / after).\n")
