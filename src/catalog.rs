@@ -177,7 +177,7 @@ impl Catalog {
         store.create_queue(&names.scan_queue).await?;
         store.create_queue(&names.scan_poison_queue).await?;
         let work = Arc::new(tokio::sync::Notify::new());
-        let hints = Hinter::new(store.clone(), names.queue.clone(), work.clone());
+        let hints = Hinter::new(store.clone(), names.queue.clone(), work.clone(), wal.write_share());
         Ok(Catalog { store, wal, applier, names, opts, work, hints, requests: None, apply_metrics: Default::default() })
     }
 

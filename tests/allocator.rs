@@ -199,23 +199,42 @@ async fn a_one_entity_page_is_the_first_row_in_rowkey_order_whatever_the_inserti
 /// completed at most one append round per publication (one per commit on the embedded
 /// store): publications queued behind a running one are served by the next, which publishes
 /// the largest value asked for, and each caller still returns only once its value is covered.
+#[cfg(feature = "fault-injection")]
 #[tokio::test]
 async fn publications_queued_behind_a_running_one_are_served_by_the_next() {
     use table_catalog::store::counting::CountingStore;
+    use table_catalog::store::fault::{Fault, FaultStore, Gate, Rule, Trigger};
     use table_catalog::store::op::OpKind;
     use table_catalog::store::TableStore;
     use table_catalog::wal::clock::Clock;
     for backend in common::backends() {
-        let counting = CountingStore::new(common::store(backend));
+        let counting = Arc::new(CountingStore::new(common::store(backend)));
+        let faulty = Arc::new(FaultStore::new(counting.clone(), 1));
         let table = common::unique_name("coalesce");
         counting.create_table(&table).await.unwrap();
-        let clock = Clock::new("p", 0);
-        clock.publish(&counting, &table, 1_000).await.unwrap(); // the process's first row
+        let clock = Arc::new(Clock::new("p", 0));
+        clock.publish(faulty.as_ref(), &table, 1_000).await.unwrap(); // the process's first row
         let before = counting.counts().snapshot();
-        // All 20 are queued before the first store write returns (`join_all` polls each once
-        // first): the first publishes 1,001, the next the largest of the rest, 1,020.
-        let publications = (1..=20).map(|i| clock.publish(&counting, &table, 1_000 + i));
-        for done in futures::future::join_all(publications).await {
+        // The first of the 20 publications is held at the store until every other one has
+        // queued behind it (a current-thread runtime: the test goes on only once the task
+        // has polled all 20). Without the hold, a fast store could answer the first before
+        // the others were polled (this test failed that way on the in-memory store).
+        let gate = Gate::new();
+        faulty.add(Rule::new(&[OpKind::Batch], Trigger::Nth(1), Fault::Hold(gate.clone())));
+        let task = tokio::spawn({
+            let (clock, faulty, table) = (clock.clone(), faulty.clone(), table.clone());
+            async move {
+                // The first publishes 1,001, the next the largest of the rest, 1,020.
+                let publications = (1..=20).map(|i| {
+                    let (clock, faulty, table) = (clock.clone(), faulty.clone(), table.clone());
+                    async move { clock.publish(faulty.as_ref(), &table, 1_000 + i).await }
+                });
+                futures::future::join_all(publications).await
+            }
+        });
+        gate.reached(1).await;
+        gate.open();
+        for done in task.await.unwrap() {
             done.unwrap();
         }
         let writes = counting.counts().snapshot().since(&before);
@@ -226,9 +245,40 @@ async fn publications_queued_behind_a_running_one_are_served_by_the_next() {
             "{backend:?}: 20 queued publications cost {batches} batches and {upserts} upserts"
         );
         assert_eq!(
-            clock.high_water(&counting, &table).await.unwrap(),
+            clock.high_water(faulty.as_ref(), &table).await.unwrap(),
             1_020,
             "{backend:?}: the largest value is published"
         );
+    }
+}
+
+/// The hinter spaces its hints by the process's share of the writes (src/hinter.rs), which
+/// each clock read estimates from whose publication is on top (`WriteShare`). A process
+/// alone keeps a share of 1; two processes taking turns each see the other's publication on
+/// top at every read, so both shares fall far below 1 (the hints of both together then stay
+/// at about one per gap).
+#[tokio::test]
+async fn a_process_alone_has_the_whole_write_share_and_two_taking_turns_split_it() {
+    use table_catalog::wal::clock::Clock;
+    for backend in common::backends() {
+        let store = common::store(backend);
+        let table = common::unique_name("share");
+        store.create_table(&table).await.unwrap();
+        let (a, b) = (Clock::new("a", 0), Clock::new("b", 0));
+        for _ in 0..40 {
+            let high = a.read(store.as_ref(), &table).await.unwrap().high;
+            a.publish(store.as_ref(), &table, a.reserve(high, 1)).await.unwrap();
+        }
+        assert_eq!(a.write_share().get(), 1.0, "{backend:?}: alone, every read finds its own row on top");
+        for _ in 0..40 {
+            for c in [&b, &a] {
+                let high = c.read(store.as_ref(), &table).await.unwrap().high;
+                c.publish(store.as_ref(), &table, c.reserve(high, 1)).await.unwrap();
+            }
+        }
+        for (name, c) in [("a", &a), ("b", &b)] {
+            let share = c.write_share().get();
+            assert!(share < 0.2, "{backend:?}: {name} took turns with another process, share {share}");
+        }
     }
 }

@@ -104,6 +104,41 @@ pub struct ClockRead {
     pub schema_version: u64,
 }
 
+/// A process's share of the catalog's writes, estimated for free from the clock reads:
+/// each [`Clock::read`] sees whose publication is on top (the latest round of any process),
+/// and the share is the moving average (over about [`WriteShare::WINDOW`] reads) of how
+/// often it was this process's own. One process alone: 1; N processes writing at the same
+/// rate: about 1/N. Starts at 1. The hinter ([`crate::hinter`]) spaces its hints by it, so
+/// the hints of all processes together stay at one per shard per gap however many
+/// processes write. Only a rate: nothing about ids or order depends on it.
+#[derive(Debug, Clone)]
+pub struct WriteShare(std::sync::Arc<std::sync::atomic::AtomicU64>);
+
+impl Default for WriteShare {
+    fn default() -> WriteShare {
+        WriteShare(std::sync::Arc::new(std::sync::atomic::AtomicU64::new(1f64.to_bits())))
+    }
+}
+
+impl WriteShare {
+    /// Reads the average spans (the weight of each new observation is `1 / WINDOW`).
+    pub const WINDOW: f64 = 16.0;
+
+    /// The current estimate, in (0, 1].
+    pub fn get(&self) -> f64 {
+        f64::from_bits(self.0.load(std::sync::atomic::Ordering::Relaxed))
+    }
+
+    /// Notes one read: `mine` when the top publication was this process's own. Concurrent
+    /// reads may lose an update to each other; an estimate needs no more.
+    pub fn observe(&self, mine: bool) {
+        let x = if mine { 1.0 } else { 0.0 };
+        let old = self.get();
+        let new = (old + (x - old) / Self::WINDOW).clamp(f64::MIN_POSITIVE, 1.0);
+        self.0.store(new.to_bits(), std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
 fn at_of(e: &Entity) -> i64 {
     match e.properties.get("at") {
         Some(Value::Int64(v)) => *v,
@@ -137,6 +172,8 @@ pub struct Clock {
     wanted: std::sync::atomic::AtomicI64,
     /// The largest `last` of the legacy rows, read once before the first round.
     legacy: tokio::sync::OnceCell<i64>,
+    /// This process's share of the publications, as the reads see it.
+    share: WriteShare,
 }
 
 impl Clock {
@@ -149,7 +186,14 @@ impl Clock {
             published: tokio::sync::Mutex::new(Published::default()),
             wanted: std::sync::atomic::AtomicI64::new(0),
             legacy: tokio::sync::OnceCell::new(),
+            share: WriteShare::default(),
         }
+    }
+
+    /// This process's share of the catalog's append rounds, kept up to date by every
+    /// [`Clock::read`] (see [`WriteShare`]).
+    pub fn write_share(&self) -> WriteShare {
+        self.share.clone()
     }
 
     /// The high-water mark: the largest `last` any process published (0 when none did).
@@ -166,7 +210,10 @@ impl Clock {
         let first: Vec<Entity> = pager::entities(store, table, CLOCK, &all, 2).take(2).try_collect().await?;
         let floor = *self.legacy.get_or_try_init(|| legacy_high(store, table)).await?;
         let schema_version = first.iter().find(|e| e.row_key == SCHEMA_ROW).map_or(0, version_of);
-        let high = first.iter().find(|e| e.row_key != SCHEMA_ROW).map_or(0, last_of);
+        let top = first.iter().find(|e| e.row_key != SCHEMA_ROW);
+        self.share
+            .observe(top.is_none_or(|e| e.row_key.strip_suffix(self.owner.as_str()).is_some_and(|h| h.ends_with('-'))));
+        let high = top.map_or(0, last_of);
         Ok(ClockRead { high: high.max(floor), schema_version })
     }
 
@@ -307,6 +354,21 @@ mod tests {
         let slow = Clock::new("q", -3_600_000_000);
         let s = slow.reserve(b, 1);
         assert_eq!(s, b + 1);
+    }
+
+    #[test]
+    fn the_write_share_starts_at_one_and_follows_the_observations() {
+        let share = WriteShare::default();
+        assert_eq!(share.get(), 1.0);
+        for _ in 0..200 {
+            share.observe(false);
+        }
+        assert!(share.get() > 0.0 && share.get() < 0.01, "{}", share.get());
+        // Every third read finds its own publication on top: about a third.
+        for i in 0..600 {
+            share.observe(i % 3 == 0);
+        }
+        assert!((share.get() - 1.0 / 3.0).abs() < 0.1, "{}", share.get());
     }
 
     #[test]

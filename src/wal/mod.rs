@@ -205,6 +205,12 @@ impl Wal {
         self.appender.clock.high_water(self.store.as_ref(), &self.table).await
     }
 
+    /// This process's share of the catalog's writes, as its clock reads see it
+    /// ([`clock::WriteShare`]).
+    pub fn write_share(&self) -> clock::WriteShare {
+        self.appender.clock.write_share()
+    }
+
     /// The oldest pending id of `shard`, if any (one request).
     pub async fn oldest_pending(&self, shard: ShardId) -> Result<Option<WalId>> {
         Ok(self.pending_page(shard, 1).await?.first().map(|e| WalId::from_stored(e.row_key.clone())))
