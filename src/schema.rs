@@ -156,6 +156,12 @@ impl Schema {
         &self.identity
     }
 
+    /// The maintained indexes added after creation (backfilling or active; not dropping),
+    /// in `index_keys` order: the fields of `index_keys` after the identity fields.
+    pub fn added_keys(&self) -> &[String] {
+        self.index_keys.get(self.identity.len()..).unwrap_or_default()
+    }
+
     /// The indexes added after creation, with their states.
     pub fn added(&self) -> &[AddedIndex] {
         &self.added
@@ -195,7 +201,7 @@ impl Schema {
     /// upsert may then move a record's row of that index to another partition, and its
     /// apply removes the old one ([`crate::apply`]).
     pub fn has_added_indexes(&self) -> bool {
-        self.index_keys.len() > self.identity.len()
+        !self.added_keys().is_empty()
     }
 
     /// Marks index fields as hashed (keyed by `HMAC-SHA-256(key, value)`, see

@@ -251,10 +251,9 @@ fn moved_partitions<'r>(
     keys: &crate::schema::RecordKeys,
     candidates: impl Iterator<Item = &'r Record>,
 ) -> Vec<String> {
-    let added = &schema.index_keys[schema.identity_keys().len()..];
     let mut out: Vec<String> = Vec::new();
     for candidate in candidates {
-        for field in added {
+        for field in schema.added_keys() {
             let Some(value) = crate::schema::Schema::index_value(candidate, field) else { continue };
             let Ok(pk) = schema.partition_key(field, &value) else { continue };
             if !keys.partitions.iter().any(|(_, p)| *p == pk) && !out.contains(&pk) {
