@@ -238,14 +238,22 @@ async fn poll_states(c: Arc<Catalog>, timeline: Arc<Timeline>, poll: Duration, s
 }
 
 /// Waits until no index is backfilling or dropping by the timeline (`all`), or until one
-/// is not (`!all`). Panics after 30 minutes (a backfill starts once every write
-/// acknowledged before its change is applied: in long runs, behind a backlog of thousands).
-async fn settled(timeline: &Timeline, poll: Duration, all: bool) {
-    let started = Instant::now();
+/// is not (`!all`). A backfill starts once every write acknowledged before its change is
+/// applied, so in long runs it waits behind a backlog of thousands of entries: the wait is
+/// judged by progress, as quiescing is, not by a deadline. It panics when for
+/// [`NO_PROGRESS`] neither the timeline nor the WAL (pending count, checkpoint) moved.
+async fn settled(c: &Catalog, timeline: &Timeline, poll: Duration, all: bool) {
     let mut reported = Instant::now();
+    let mut checked = Instant::now();
+    let mut progress_at = Instant::now();
+    let mut last: Option<(String, Option<(u64, Option<String>)>)> = None;
     loop {
         if reported.elapsed() > Duration::from_secs(60) {
-            eprintln!("checker: waiting for index changes (s since the run started): {}", timeline.describe());
+            let backlog = c.status().await.map(|s| format!("{} pending", s.pending)).unwrap_or_default();
+            eprintln!(
+                "checker: waiting for index changes ({backlog}; s since the run started): {}",
+                timeline.describe()
+            );
             reported = Instant::now();
         }
         let busy: Vec<bool> = {
@@ -259,13 +267,22 @@ async fn settled(timeline: &Timeline, poll: Duration, all: bool) {
         if if all { !busy.contains(&true) } else { busy.contains(&false) || busy.len() < FIELDS.len() } {
             return;
         }
-        if started.elapsed() > Duration::from_secs(1800) {
-            let epochs = timeline.describe();
-            panic!("index changes not done after 30 minutes: {epochs}");
+        if checked.elapsed() > Duration::from_secs(5) {
+            checked = Instant::now();
+            let now = (timeline.describe(), c.status().await.ok().map(|s| (s.pending, s.checkpoint)));
+            if last.as_ref() != Some(&now) {
+                last = Some(now);
+                progress_at = Instant::now();
+            } else if progress_at.elapsed() > NO_PROGRESS {
+                panic!("index changes made no progress for {NO_PROGRESS:?} (nor did the WAL): {}", now.0);
+            }
         }
         tokio::time::sleep(poll).await;
     }
 }
+
+/// How long [`settled`] waits without any progress before it fails the run.
+const NO_PROGRESS: Duration = Duration::from_secs(180);
 
 /// What the operator did.
 #[derive(Debug, Default)]
@@ -318,7 +335,7 @@ pub async fn operate(
                 break (can_add, can_drop);
             }
             // Everything is backfilling or dropping: wait for one to finish.
-            settled(&timeline, poll, false).await;
+            settled(&c, &timeline, poll, false).await;
         };
         let drop = !can_drop.is_empty() && (can_add.is_empty() || rng.gen_bool(0.5));
         let issued = Instant::now();
@@ -359,10 +376,10 @@ pub async fn operate(
         out.during_writes += u64::from(!clients_done.load(Ordering::Relaxed));
         // Half the time, wait until this change (and any other) is done.
         if rng.gen_bool(0.5) {
-            settled(&timeline, poll, true).await;
+            settled(&c, &timeline, poll, true).await;
         }
     }
-    settled(&timeline, poll, true).await;
+    settled(&c, &timeline, poll, true).await;
     stop.store(true, Ordering::Relaxed);
     poller.await.unwrap();
     eprintln!("checker seed {seed}: index changes (s since the run started): {}", timeline.describe());
