@@ -246,7 +246,7 @@ async fn settled(c: &Catalog, timeline: &Timeline, poll: Duration, all: bool) {
     let mut reported = Instant::now();
     let mut checked = Instant::now();
     let mut progress_at = Instant::now();
-    let mut last: Option<(String, Option<(u64, Option<String>)>)> = None;
+    let mut last: Option<Progress> = None;
     loop {
         if reported.elapsed() > Duration::from_secs(60) {
             let backlog = c.status().await.map(|s| format!("{} pending", s.pending)).unwrap_or_default();
@@ -280,6 +280,10 @@ async fn settled(c: &Catalog, timeline: &Timeline, poll: Duration, all: bool) {
         tokio::time::sleep(poll).await;
     }
 }
+
+/// What [`settled`] watches for progress: the timeline's description, and the WAL's pending
+/// count and checkpoint (when the status could be read).
+type Progress = (String, Option<(u64, Option<String>)>);
 
 /// How long [`settled`] waits without any progress before it fails the run.
 const NO_PROGRESS: Duration = Duration::from_secs(180);
