@@ -12,6 +12,8 @@
 #                                          directly, not in $(...): it records the pid)
 #   bench_stop_serves                   -> stops every serve started so far
 #   bench_cleanup
+#   bench_release_bin TARGET_DIR        -> the binary to measure: $TC_BIN when set, else the
+#                                          release build of the working tree (built here)
 
 BENCH_PIDS=()
 BENCH_AZURITE_PID=""
@@ -109,4 +111,13 @@ for url in urls:
         total["by_op"][op] = total["by_op"].get(op, 0) + c.get("total", 0)
 json.dump(total, open(out, "w"))
 PY
+}
+
+bench_release_bin() { # target_dir -> prints the binary's path
+    if [ -n "${TC_BIN:-}" ]; then
+        echo "$TC_BIN"
+        return
+    fi
+    cargo build --release --quiet >&2
+    echo "$1/release/table-catalog"
 }

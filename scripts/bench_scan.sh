@@ -32,10 +32,8 @@ for n in "$@"; do [[ "$n" =~ ^[0-9]+$ ]] || usage; done
 parallel="${PARALLEL:-1 2 4 8}"
 segment="${SEGMENT:-1000}"
 target_dir="${CARGO_TARGET_DIR:-$root/target}"
-if [ -z "${TC_BIN:-}" ]; then
-    cargo build --release --quiet
-fi
-export TC_BIN="${TC_BIN:-$target_dir/release/table-catalog}"
+TC_BIN="$(bench_release_bin "$target_dir")"
+export TC_BIN
 work="$(mktemp -d)"
 trap 'bench_cleanup; rm -rf "$work"' EXIT
 stores="${STORES:-$work}"

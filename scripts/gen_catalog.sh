@@ -26,10 +26,9 @@ records="$1"
 shift
 seed="${SEED:-1}"
 target_dir="${CARGO_TARGET_DIR:-$(pwd)/target}"
-bin="${TC_BIN:-$target_dir/release/table-catalog}"
-if [ -z "${TC_BIN:-}" ]; then
-    cargo build --release --quiet
-fi
+# shellcheck source=bench_lib.sh
+. scripts/bench_lib.sh
+bin="$(bench_release_bin "$target_dir")"
 gen_dir="${GEN_DIR:-$target_dir/gen}"
 mkdir -p "$gen_dir"
 file="$gen_dir/catalog-$records-seed$seed.jsonl"

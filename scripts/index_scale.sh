@@ -41,10 +41,7 @@ writers="${WRITERS:-8}"
 fields="${FIELDS:-country tz}"
 drop="${DROP:-1}"
 target_dir="${CARGO_TARGET_DIR:-$root/target}"
-if [ -z "${TC_BIN:-}" ]; then
-    cargo build --release --quiet
-fi
-bin="${TC_BIN:-$target_dir/release/table-catalog}"
+bin="$(bench_release_bin "$target_dir")"
 work="$(mktemp -d)"
 stop_writers() { [ -z "${writer_pid:-}" ] || { touch "$work/stop"; wait "$writer_pid" || true; writer_pid=""; }; }
 trap 'stop_writers; bench_cleanup; rm -rf "$work"' EXIT

@@ -76,6 +76,12 @@ pub fn row_key(last: i64, owner: &str) -> String {
     format!("{:019}-{owner}", i64::MAX - last.max(0))
 }
 
+/// The owner of the clock row with RowKey `key` (the part after the first `-`; the
+/// timestamp part is digits only), as [`row_key`] wrote it.
+fn row_owner(key: &str) -> Option<&str> {
+    key.split_once('-').map(|(_, owner)| owner)
+}
+
 /// The RowKey range of the legacy clock rows (`clock-` ≤ RowKey < `clock.` in `metadata`).
 fn legacy_range() -> RowRange {
     RowRange { from: Some(LEGACY_PREFIX.into()), before: Some("clock.".into()), ..RowRange::default() }
@@ -211,8 +217,7 @@ impl Clock {
         let floor = *self.legacy.get_or_try_init(|| legacy_high(store, table)).await?;
         let schema_version = first.iter().find(|e| e.row_key == SCHEMA_ROW).map_or(0, version_of);
         let top = first.iter().find(|e| e.row_key != SCHEMA_ROW);
-        self.share
-            .observe(top.is_none_or(|e| e.row_key.strip_suffix(self.owner.as_str()).is_some_and(|h| h.ends_with('-'))));
+        self.share.observe(top.is_none_or(|e| row_owner(&e.row_key) == Some(self.owner.as_str())));
         let high = top.map_or(0, last_of);
         Ok(ClockRead { high: high.max(floor), schema_version })
     }
@@ -379,5 +384,6 @@ mod tests {
         sorted.sort();
         assert_eq!(sorted, keys);
         assert_eq!(row_key(0, "x").len(), 19 + 2);
+        assert_eq!(row_owner(&row_key(now, "p-1")), Some("p-1"));
     }
 }
