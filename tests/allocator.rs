@@ -282,3 +282,55 @@ async fn a_process_alone_has_the_whole_write_share_and_two_taking_turns_split_it
         }
     }
 }
+
+/// Append rounds in flight follow the process's share of the writes (src/wal/append.rs,
+/// `rounds_for`): a process alone starts a new round for each write that arrives while
+/// fewer than `MAX_ROUNDS` run; a process that sees other processes' publications on top at
+/// every read (a small share) runs one, and the writes that arrive meanwhile wait for the
+/// next. Each round's clock read (a query on the WAL table) is held at a gate, so the reads
+/// that reach it are the rounds in flight. Writes arrive one at a time (a round takes every
+/// write queued when it starts, so writes spawned together would share one round whatever
+/// the limit).
+#[cfg(feature = "fault-injection")]
+#[tokio::test]
+async fn a_process_with_a_small_share_of_the_writes_runs_one_append_round_at_a_time() {
+    use std::time::Duration;
+    use table_catalog::store::fault::{Fault, FaultStore, Gate, Rule, Trigger};
+    use table_catalog::store::op::OpKind;
+    use table_catalog::wal::append::MAX_ROUNDS;
+    for backend in common::backends() {
+        for (others_write, rounds) in [(false, MAX_ROUNDS), (true, 1)] {
+            let faulty = Arc::new(FaultStore::new(common::store(backend), 1));
+            let names = Names::new(&common::unique_name("rounds"), None, None).unwrap();
+            let catalog = Arc::new(open(faulty.clone(), &names, 0).await);
+            catalog.upsert(rec(0), false).await.unwrap(); // the process's first round and row
+                                                          // As 64 reads would see it: every one its own row on top, or every one another's.
+            for _ in 0..64 {
+                catalog.wal().write_share().observe(!others_write);
+            }
+            let gate = Gate::new();
+            faulty.add(Rule::new(&[OpKind::Query], Trigger::Always, Fault::Hold(gate.clone())).on(&names.wal_table));
+            let mut writes = Vec::new();
+            for i in 1..=MAX_ROUNDS + 2 {
+                let c = catalog.clone();
+                writes.push(tokio::spawn(async move { c.upsert(rec(i), false).await }));
+                // The write's own round reaches the gate, if the limit lets it start one.
+                let expect = i.min(rounds) as u64;
+                let _ = tokio::time::timeout(Duration::from_secs(10), gate.reached(expect)).await;
+            }
+            // A round the limit should not have let start reaches the gate during the pause.
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            let arrived = gate.state().arrived;
+            gate.open();
+            for w in writes {
+                w.await.unwrap().unwrap();
+            }
+            assert_eq!(
+                arrived,
+                rounds as u64,
+                "{backend:?}: others writing {others_write}: {arrived} rounds in flight for {} writes",
+                MAX_ROUNDS + 2
+            );
+        }
+    }
+}

@@ -116,7 +116,9 @@ pub struct ClockRead {
 /// often it was this process's own. One process alone: 1; N processes writing at the same
 /// rate: about 1/N. Starts at 1. The hinter ([`crate::hinter`]) spaces its hints by it, so
 /// the hints of all processes together stay at one per shard per gap however many
-/// processes write. Only a rate: nothing about ids or order depends on it.
+/// processes write, and the appender bounds its rounds in flight by it
+/// ([`super::append::rounds_for`]), so the catalog's rounds in flight stay about those of
+/// one process. Only a rate: nothing about ids or order depends on it.
 #[derive(Debug, Clone)]
 pub struct WriteShare(std::sync::Arc<std::sync::atomic::AtomicU64>);
 

@@ -286,8 +286,9 @@ fn traffic_since(after: Traffic, before: &Traffic) -> Traffic {
     out
 }
 
-/// The WAL table's hot spots during `seconds`: entities/s on `metadata` (with what) and on
-/// the busiest shard partition.
+/// The WAL table's hot spots during `seconds`: entities/s on `metadata` (with what), on the
+/// clock partition (the WAL id allocator's reads and publications) and on the busiest shard
+/// partition.
 fn wal_traffic(traffic: &Traffic, seconds: f64) -> String {
     let per_s = |n: u64| n as f64 / seconds.max(1e-9);
     let total = |p: &BTreeMap<(&str, &str), (u64, u64)>| p.values().map(|c| c.1).sum::<u64>();
@@ -297,6 +298,9 @@ fn wal_traffic(traffic: &Traffic, seconds: f64) -> String {
         kinds.sort_by_key(|k| std::cmp::Reverse(k.1));
         let detail: Vec<String> = kinds.iter().take(5).map(|(k, n)| format!("{k} {:.0}", per_s(*n))).collect();
         out.push(format!("metadata {:.0} entities/s ({})", per_s(total(meta)), detail.join(", ")));
+    }
+    if let Some(clock) = traffic.get(table_catalog::wal::clock::CLOCK) {
+        out.push(format!("clock {:.0} entities/s", per_s(total(clock))));
     }
     let shards: Vec<(&String, u64)> =
         traffic.iter().filter(|(pk, _)| ShardId::from_partition(pk).is_some()).map(|(pk, p)| (pk, total(p))).collect();
