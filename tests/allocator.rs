@@ -303,8 +303,9 @@ async fn a_process_with_a_small_share_of_the_writes_runs_one_append_round_at_a_t
             let faulty = Arc::new(FaultStore::new(common::store(backend), 1));
             let names = Names::new(&common::unique_name("rounds"), None, None).unwrap();
             let catalog = Arc::new(open(faulty.clone(), &names, 0).await);
-            catalog.upsert(rec(0), false).await.unwrap(); // the process's first round and row
-                                                          // As 64 reads would see it: every one its own row on top, or every one another's.
+            // The process's first round and clock row.
+            catalog.upsert(rec(0), false).await.unwrap();
+            // As 64 reads would see it: every one its own row on top, or every one another's.
             for _ in 0..64 {
                 catalog.wal().write_share().observe(!others_write);
             }

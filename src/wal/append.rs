@@ -107,7 +107,7 @@ impl Appender {
         let start = {
             let mut q = self.queue.lock().unwrap_or_else(|p| p.into_inner());
             q.waiting.push(Waiter { ops, schema_version, reply: tx });
-            let free = q.running < rounds_for(self.clock.write_share().get());
+            let free = q.running < self.round_limit();
             if free {
                 q.running += 1;
             }
@@ -119,12 +119,17 @@ impl Appender {
         rx.await.map_err(|_| Error::Store(StoreError::Other("WAL append round ended without a reply".into())))?
     }
 
-    /// Runs rounds until nobody waits.
+    /// Rounds this process may run at once now ([`rounds_for`] its current share).
+    fn round_limit(&self) -> usize {
+        rounds_for(self.clock.share())
+    }
+
+    /// Runs rounds until nobody waits (or more run than [`Appender::round_limit`] allows).
     async fn run(self) {
         loop {
             let round = {
                 let mut q = self.queue.lock().unwrap_or_else(|p| p.into_inner());
-                if !runs_another(q.waiting.len(), q.running, rounds_for(self.clock.write_share().get())) {
+                if !runs_another(q.waiting.len(), q.running, self.round_limit()) {
                     q.running -= 1;
                     return;
                 }

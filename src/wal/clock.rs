@@ -204,6 +204,11 @@ impl Clock {
         self.share.clone()
     }
 
+    /// The current estimate of [`Clock::write_share`], in (0, 1].
+    pub fn share(&self) -> f64 {
+        self.share.get()
+    }
+
     /// The high-water mark: the largest `last` any process published (0 when none did).
     /// One query of at most two entities; the first call of a process also reads the legacy
     /// rows.

@@ -249,7 +249,12 @@ async fn settled(c: &Catalog, timeline: &Timeline, poll: Duration, all: bool) {
     let mut last: Option<Progress> = None;
     loop {
         if reported.elapsed() > Duration::from_secs(60) {
-            let backlog = c.status().await.map(|s| format!("{} pending", s.pending)).unwrap_or_default();
+            // The pending count of the last progress check (at most 5 s old).
+            let backlog = last
+                .as_ref()
+                .and_then(|(_, wal)| wal.as_ref())
+                .map(|(pending, _)| format!("{pending} pending"))
+                .unwrap_or_default();
             eprintln!(
                 "checker: waiting for index changes ({backlog}; s since the run started): {}",
                 timeline.describe()
