@@ -1215,3 +1215,79 @@ async fn azurite_queue_visibility_receipts_and_limits() {
     store.delete_queue(&q).await.unwrap();
     store.delete_queue(&q).await.expect("deleting a missing queue is fine");
 }
+
+/// A TCP proxy to `upstream` (`host:port`) that counts the connections it accepts.
+async fn counting_proxy(upstream: String) -> (u16, Arc<std::sync::atomic::AtomicUsize>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let accepted = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counter = accepted.clone();
+    tokio::spawn(async move {
+        while let Ok((mut client, _)) = listener.accept().await {
+            counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let upstream = upstream.clone();
+            tokio::spawn(async move {
+                if let Ok(mut server) = tokio::net::TcpStream::connect(&upstream).await {
+                    let _ = tokio::io::copy_bidirectional(&mut client, &mut server).await;
+                }
+            });
+        }
+    });
+    (port, accepted)
+}
+
+/// Regression: azure_core 0.21's default HTTP client keeps no idle connection
+/// (`pool_max_idle_per_host(0)`), so every request opened a new TCP connection (on Azure a
+/// TLS handshake too): about 1,100 connections/s from one `serve` under load on Azurite.
+/// Sequential requests of one store now share a connection per endpoint.
+#[tokio::test]
+async fn azurite_sequential_requests_reuse_one_connection_per_endpoint() {
+    let Some(cs) = common::skip::azurite("azurite_sequential_requests_reuse_one_connection_per_endpoint") else {
+        return;
+    };
+    // Route both endpoints through counting proxies.
+    let endpoint = |key: &str| -> (String, String) {
+        let value = cs.split(';').find_map(|kv| kv.strip_prefix(&format!("{key}="))).expect("explicit endpoint");
+        let rest = value.strip_prefix("http://").expect("http endpoint");
+        let (host, path) = rest.split_once('/').expect("account path");
+        (host.to_string(), path.to_string())
+    };
+    let ((table_host, table_path), (queue_host, queue_path)) = (endpoint("TableEndpoint"), endpoint("QueueEndpoint"));
+    let (table_port, table_conns) = counting_proxy(table_host).await;
+    let (queue_port, queue_conns) = counting_proxy(queue_host).await;
+    let proxied: Vec<String> = cs
+        .split(';')
+        .filter(|kv| !kv.is_empty())
+        .map(|kv| match kv.split_once('=') {
+            Some(("TableEndpoint", _)) => format!("TableEndpoint=http://127.0.0.1:{table_port}/{table_path}"),
+            Some(("QueueEndpoint", _)) => format!("QueueEndpoint=http://127.0.0.1:{queue_port}/{queue_path}"),
+            _ => kv.to_string(),
+        })
+        .collect();
+    let store = AzureStore::from_connection_string(&proxied.join(";")).unwrap();
+
+    let (t, q) = (table_name(), queue_name());
+    store.create_table(&t).await.unwrap();
+    for i in 0..20 {
+        store.insert(&t, &ent("p", &format!("r{i:02}"), i)).await.unwrap();
+        assert!(store.get(&t, "p", &format!("r{i:02}")).await.unwrap().is_some());
+    }
+    let batch: Vec<BatchOp> = (0..5).map(|i| BatchOp::Upsert(ent("b", &format!("r{i}"), i))).collect();
+    store.batch(&t, "b", &batch).await.unwrap();
+    store.create_queue(&q).await.unwrap();
+    for i in 0..10 {
+        store.put_message(&q, &format!("m{i}"), Duration::ZERO).await.unwrap();
+    }
+    for m in store.receive_messages(&q, 32, Duration::from_secs(30)).await.unwrap() {
+        store.delete_message(&q, &m.id, &m.pop_receipt).await.unwrap();
+    }
+    let (tables, queues) =
+        (table_conns.load(std::sync::atomic::Ordering::SeqCst), queue_conns.load(std::sync::atomic::Ordering::SeqCst));
+    // 42 table and 22 queue requests, one after the other.
+    assert!(
+        tables <= 2 && queues <= 2,
+        "connections opened: {tables} to the table endpoint, {queues} to the queue endpoint"
+    );
+    store.delete_table(&t).await.unwrap();
+    store.delete_queue(&q).await.unwrap();
+}

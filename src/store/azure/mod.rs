@@ -24,6 +24,7 @@ mod batch;
 mod conn;
 mod entity;
 mod error;
+mod http;
 pub mod identity;
 mod queue;
 mod retry;
@@ -107,14 +108,18 @@ impl AzureStore {
         let account = info.account.clone().unwrap_or_default();
         let location =
             |endpoint: &azure_core::Url| CloudLocation::Custom { account: account.clone(), uri: endpoint.to_string() };
+        // One pooled HTTP client for the three (see [`http`]).
+        let transport = http::pooled_transport();
         let tables = TableServiceClientBuilder::with_location(location(&info.table_endpoint), credentials.clone())
             .retry(RetryOptions::none())
+            .transport(transport.clone())
             .build();
         let queues = QueueServiceClientBuilder::with_location(location(&info.queue_endpoint), credentials.clone())
             .retry(RetryOptions::none())
+            .transport(transport.clone())
             .build();
         let table_pipeline = azure_storage::clients::new_pipeline_from_options(
-            ClientOptions::default().retry(RetryOptions::none()),
+            ClientOptions::default().retry(RetryOptions::none()).transport(transport),
             credentials,
         );
         AzureStore { tables, queues, table_pipeline, info, retry: RetryPolicy::default() }
