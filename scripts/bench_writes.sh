@@ -9,6 +9,8 @@
 #   3. Azurite, 3 processes on one catalog, requests round-robin.
 # Each cell also reports the CPU time (user + system) the serve processes used during the load,
 # per acknowledged write (the load generator shares the machine, so CPU is often the limit),
+# and on Azurite the CPU time Azurite used (its one JavaScript thread serves every request: at
+# about 100% of a core, its CPU per write is the throughput),
 # and the storage requests the serves made (their `status` counters, summed over processes,
 # from before the load until the writes are applied) per acknowledged write.
 #
@@ -81,12 +83,20 @@ cpu_ticks() { # CPU time (user + system, clock ticks) of every serve started so 
     done
     echo "$total"
 }
-load() { # label urls(comma-separated); also records the serves' CPU seconds during the load
-    local before
+azurite_ticks() { # CPU time (clock ticks) of the private Azurite, 0 without one
+    if [ -n "${BENCH_AZURITE_PID:-}" ]; then awk '{print $14 + $15}' "/proc/$BENCH_AZURITE_PID/stat"; else echo 0; fi
+}
+load() { # label urls(comma-separated); also records the CPU seconds of the serves and of Azurite during the load
+    local before az_before
     before="$(cpu_ticks)"
+    az_before="$(azurite_ticks)"
     bench_requests_total "$2" "$out_dir/$1.requests-before.json"
     "$work/new" bench writes --urls "$2" --clients "$clients" --seconds "$seconds" --seed 1 >"$out_dir/$1.json"
     awk -v a="$(cpu_ticks)" -v b="$before" -v hz="$(getconf CLK_TCK)" 'BEGIN { printf "%.2f\n", (a - b) / hz }' >"$out_dir/$1.cpu"
+    rm -f "$out_dir/$1.azcpu"
+    if [ -n "${BENCH_AZURITE_PID:-}" ]; then
+        awk -v a="$(azurite_ticks)" -v b="$az_before" -v hz="$(getconf CLK_TCK)" 'BEGIN { printf "%.2f\n", (a - b) / hz }' >"$out_dir/$1.azcpu"
+    fi
     # Requests until the writes are applied (at most 120 s more), so each write's apply counts.
     bench_requests_total "$2" "$out_dir/$1.requests-after.json" 120
     cat "$out_dir/$1.json" >&2
@@ -156,6 +166,10 @@ def cell(version, scenario):
     cpu = ""
     if os.path.exists(cpu_path) and j["acked"]:
         cpu = f", serve CPU {float(open(cpu_path).read()) / j['acked'] * 1e6:.0f} µs/write"
+    az_path = path[:-len(".json")] + ".azcpu"
+    if os.path.exists(az_path) and j["acked"]:
+        az = float(open(az_path).read())
+        cpu += f", Azurite CPU {az / j['acked'] * 1e6:.0f} µs/write ({az / j['seconds'] * 100:.0f}% of a core)"
     reqs = ""
     before, after = (path[:-len(".json")] + f".requests-{w}.json" for w in ("before", "after"))
     if os.path.exists(before) and os.path.exists(after) and j["acked"]:
