@@ -8,7 +8,7 @@
 //! for accepting and closing each one too. Measured on Azurite 3.37 (docs/BENCHMARKS.md,
 //! "Connection reuse"): at least 1,100 connections opened and closed per second by one
 //! `serve` process under 16 writing clients, and 7% of Azurite's CPU spent accepting and
-//! closing them; with the pool, single writes +27% (1 process) and +43% (3 processes).
+//! closing them; with the pool, single writes +14-27% (1 process) and +30-43% (3 processes).
 //!
 //! hyper #2312 was a hang of a pooled connection whose background task belonged to a Tokio
 //! runtime that had been dropped (a client shared across runtimes). A store's client is
