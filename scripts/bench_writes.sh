@@ -76,27 +76,25 @@ new_sha="$(git rev-parse --short=12 HEAD)"
 if [ -n "$(git status --porcelain --untracked-files=no)" ]; then new_sha="$new_sha (+ uncommitted changes)"; fi
 
 schema=(--index-keys icao,iata,lid --row-key name)
-cpu_ticks() { # CPU time (user + system, clock ticks) of every serve started so far
+ticks() { # CPU time (user + system, clock ticks) of the processes PIDS..., summed
     local pid total=0
-    for pid in "${BENCH_PIDS[@]}"; do
+    for pid in "$@"; do
         total=$((total + $(awk '{print $14 + $15}' "/proc/$pid/stat")))
     done
     echo "$total"
 }
-azurite_ticks() { # CPU time (clock ticks) of the private Azurite, 0 without one
-    if [ -n "${BENCH_AZURITE_PID:-}" ]; then awk '{print $14 + $15}' "/proc/$BENCH_AZURITE_PID/stat"; else echo 0; fi
+seconds_since() { # TICKS_NOW TICKS_BEFORE -> CPU seconds between them
+    awk -v a="$1" -v b="$2" -v hz="$(getconf CLK_TCK)" 'BEGIN { printf "%.2f\n", (a - b) / hz }'
 }
 load() { # label urls(comma-separated); also records the CPU seconds of the serves and of Azurite during the load
-    local before az_before
-    before="$(cpu_ticks)"
-    az_before="$(azurite_ticks)"
+    local before az_before=""
+    before="$(ticks "${BENCH_PIDS[@]}")"
+    if [ -n "${BENCH_AZURITE_PID:-}" ]; then az_before="$(ticks "$BENCH_AZURITE_PID")"; fi
     bench_requests_total "$2" "$out_dir/$1.requests-before.json"
     "$work/new" bench writes --urls "$2" --clients "$clients" --seconds "$seconds" --seed 1 >"$out_dir/$1.json"
-    awk -v a="$(cpu_ticks)" -v b="$before" -v hz="$(getconf CLK_TCK)" 'BEGIN { printf "%.2f\n", (a - b) / hz }' >"$out_dir/$1.cpu"
+    seconds_since "$(ticks "${BENCH_PIDS[@]}")" "$before" >"$out_dir/$1.cpu"
     rm -f "$out_dir/$1.azcpu"
-    if [ -n "${BENCH_AZURITE_PID:-}" ]; then
-        awk -v a="$(azurite_ticks)" -v b="$az_before" -v hz="$(getconf CLK_TCK)" 'BEGIN { printf "%.2f\n", (a - b) / hz }' >"$out_dir/$1.azcpu"
-    fi
+    if [ -n "$az_before" ]; then seconds_since "$(ticks "$BENCH_AZURITE_PID")" "$az_before" >"$out_dir/$1.azcpu"; fi
     # Requests until the writes are applied (at most 120 s more), so each write's apply counts.
     bench_requests_total "$2" "$out_dir/$1.requests-after.json" 120
     cat "$out_dir/$1.json" >&2

@@ -12,11 +12,16 @@
 //! `tests/common/skip.rs`; `scripts/test.sh` fails on it), and fail under `CI`.
 
 mod common;
+#[allow(dead_code)] // only its relaying and connection count are used here
+#[path = "harness/proxy.rs"]
+mod proxy;
 
 use std::collections::HashSet;
+use std::sync::atomic::Ordering::SeqCst;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use proxy::StorageProxy;
 use table_catalog::store::azure::{AzureStore, CredentialKind, RetryPolicy, DEV_ACCOUNT_KEY};
 use table_catalog::store::conformance;
 use table_catalog::store::{
@@ -1216,26 +1221,6 @@ async fn azurite_queue_visibility_receipts_and_limits() {
     store.delete_queue(&q).await.expect("deleting a missing queue is fine");
 }
 
-/// A TCP proxy to `upstream` (`host:port`) that counts the connections it accepts.
-async fn counting_proxy(upstream: String) -> (u16, Arc<std::sync::atomic::AtomicUsize>) {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let accepted = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let counter = accepted.clone();
-    tokio::spawn(async move {
-        while let Ok((mut client, _)) = listener.accept().await {
-            counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-            let upstream = upstream.clone();
-            tokio::spawn(async move {
-                if let Ok(mut server) = tokio::net::TcpStream::connect(&upstream).await {
-                    let _ = tokio::io::copy_bidirectional(&mut client, &mut server).await;
-                }
-            });
-        }
-    });
-    (port, accepted)
-}
-
 /// Regression: azure_core 0.21's default HTTP client keeps no idle connection
 /// (`pool_max_idle_per_host(0)`), so every request opened a new TCP connection (on Azure a
 /// TLS handshake too): about 1,100 connections/s from one `serve` under load on Azurite.
@@ -1245,22 +1230,21 @@ async fn azurite_sequential_requests_reuse_one_connection_per_endpoint() {
     let Some(cs) = common::skip::azurite("azurite_sequential_requests_reuse_one_connection_per_endpoint") else {
         return;
     };
-    // Route both endpoints through counting proxies.
-    let endpoint = |key: &str| -> (String, String) {
+    // Route both endpoints through proxies that count the connections they relay.
+    let endpoint = |key: &str| -> (u16, String) {
         let value = cs.split(';').find_map(|kv| kv.strip_prefix(&format!("{key}="))).expect("explicit endpoint");
-        let rest = value.strip_prefix("http://").expect("http endpoint");
-        let (host, path) = rest.split_once('/').expect("account path");
-        (host.to_string(), path.to_string())
+        let rest = value.strip_prefix("http://127.0.0.1:").expect("a loopback http endpoint");
+        let (port, path) = rest.split_once('/').expect("account path");
+        (port.parse().expect("port"), path.to_string())
     };
-    let ((table_host, table_path), (queue_host, queue_path)) = (endpoint("TableEndpoint"), endpoint("QueueEndpoint"));
-    let (table_port, table_conns) = counting_proxy(table_host).await;
-    let (queue_port, queue_conns) = counting_proxy(queue_host).await;
+    let ((table_port, table_path), (queue_port, queue_path)) = (endpoint("TableEndpoint"), endpoint("QueueEndpoint"));
+    let (tables_proxy, queues_proxy) = (StorageProxy::start(table_port).await, StorageProxy::start(queue_port).await);
     let proxied: Vec<String> = cs
         .split(';')
         .filter(|kv| !kv.is_empty())
         .map(|kv| match kv.split_once('=') {
-            Some(("TableEndpoint", _)) => format!("TableEndpoint=http://127.0.0.1:{table_port}/{table_path}"),
-            Some(("QueueEndpoint", _)) => format!("QueueEndpoint=http://127.0.0.1:{queue_port}/{queue_path}"),
+            Some(("TableEndpoint", _)) => format!("TableEndpoint=http://127.0.0.1:{}/{table_path}", tables_proxy.port),
+            Some(("QueueEndpoint", _)) => format!("QueueEndpoint=http://127.0.0.1:{}/{queue_path}", queues_proxy.port),
             _ => kv.to_string(),
         })
         .collect();
@@ -1281,8 +1265,7 @@ async fn azurite_sequential_requests_reuse_one_connection_per_endpoint() {
     for m in store.receive_messages(&q, 32, Duration::from_secs(30)).await.unwrap() {
         store.delete_message(&q, &m.id, &m.pop_receipt).await.unwrap();
     }
-    let (tables, queues) =
-        (table_conns.load(std::sync::atomic::Ordering::SeqCst), queue_conns.load(std::sync::atomic::Ordering::SeqCst));
+    let (tables, queues) = (tables_proxy.relayed.load(SeqCst), queues_proxy.relayed.load(SeqCst));
     // 42 table and 22 queue requests, one after the other.
     assert!(
         tables <= 2 && queues <= 2,
