@@ -1,11 +1,12 @@
 //! Named crash points on the write and apply paths, for the reliability tests.
 //!
 //! Each call site names a step (`before_clock_publish`, `after_wal_write`, `before_enqueue`, `after_fanout_row`,
-//! `before_history_write`, `after_history_write`, `barrier_wait`, `before_checkpoint`,
+//! `before_history_write`, `after_history_write`, `barrier_wait`, `before_seal`, `before_checkpoint`,
 //! `before_remove_applied`). The two history points are passed only by a catalog that keeps
 //! history ([`crate::history`]): after a change's catalog rows, and after its history rows. `barrier_wait` is passed each
 //! time a replace or delete by filter finds another shard behind its id and waits at the
-//! low-watermark barrier ([`crate::apply::barrier`]). Without the `fault-injection` feature,
+//! low-watermark barrier ([`crate::apply::barrier`]); `before_seal` each time a barrier raises a
+//! shard's seal ([`crate::wal::seal`]), i.e. only on the way of a replace or delete. Without the `fault-injection` feature,
 //! [`point`] is an inlined `Ok(())` and costs nothing. With it, a test can install a hook that
 //! makes a point fail (as if the process died there: the caller sees an error and stops), and
 //! the environment variable `TABLE_CATALOG_CRASH_AT=name` (or `name:k` for the k-th hit)
@@ -26,6 +27,7 @@ pub const POINTS: &[&str] = &[
     "before_history_write",
     "after_history_write",
     "barrier_wait",
+    "before_seal",
     "before_checkpoint",
     "before_remove_applied",
 ];

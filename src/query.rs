@@ -12,13 +12,14 @@
 //! bound the sort (row-key) field, which can never be hashed.
 
 use base64::Engine as _;
+use futures::TryStreamExt;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
 use crate::keys;
 use crate::record::{self, Record};
 use crate::schema::{IndexState, Schema};
-use crate::store::{Entity, RowRange, TableStore, MAX_PAGE};
+use crate::store::{pager, Entity, RowRange, TableStore, MAX_PAGE};
 
 /// Which records an operation addresses.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -242,15 +243,12 @@ pub async fn query_page(
         if resume.as_deref().is_some_and(|rk| ends_at_or_before(range, rk)) {
             continue;
         }
-        let mut range = RowRange { after: resume.clone(), ..range.clone() };
+        let range = RowRange { after: resume.clone(), ..range.clone() };
         let later_ranges = n + 1 < ranges.len();
-        let mut token: Option<String> = None;
-        loop {
-            let want = (limit - out.records.len()).min(MAX_PAGE);
-            let page = store.query_partition(table, &pk, &range, want, token.as_deref()).await?;
-            let mut last_seen = None;
+        let want = (limit - out.records.len()).min(MAX_PAGE);
+        let mut pages = pager::pages(store, table, &pk, &range, want);
+        while let Some(page) = pages.try_next().await? {
             for e in &page.entities {
-                last_seen = Some(e.row_key.clone());
                 if let Some(found) = live_match(schema, filter, e) {
                     out.records.push(found);
                     if out.records.len() == limit {
@@ -261,15 +259,6 @@ pub async fn query_page(
                         return Ok(out);
                     }
                 }
-            }
-            match page.continuation {
-                Some(next) => token = Some(next),
-                None => break,
-            }
-            // Keep the resume point even if the next page comes back empty.
-            if let Some(rk) = last_seen {
-                range.after = Some(rk);
-                token = None;
             }
         }
     }

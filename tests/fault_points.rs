@@ -185,7 +185,8 @@ async fn every_crash_point_and_storage_fault_recovers() {
                         if count.load(Ordering::SeqCst) < k {
                             // The write has fewer than k fan-out rows; every point is passed once,
                             // except the barrier, which only filter entries wait at.
-                            let upsert_at_barrier = p == "barrier_wait" && matches!(w, Write::Upsert);
+                            let upsert_at_barrier =
+                                (p == "barrier_wait" || p == "before_seal") && matches!(w, Write::Upsert);
                             assert!(k > 1 || upsert_at_barrier, "{label}: the write never passed the point");
                             assert!(crashed.is_ok(), "{label}");
                             continue;

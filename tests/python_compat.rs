@@ -519,6 +519,7 @@ async fn reference_defects_and_how_we_avoid_them() {
         id: WalId::new(946_684_800_000_001, uuid::Uuid::new_v4()),
         op: Op::Upsert { record: rec("KLA2", "late") },
         schema_version: 0,
+        at: None,
     };
     catalog.store().insert(&names.wal_table, &late.to_entity(SHARD)).await.unwrap();
     catalog.recover().await.unwrap();

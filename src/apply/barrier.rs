@@ -1,32 +1,36 @@
-//! The low-watermark barrier: how replace and delete by filter keep their order against
-//! every shard.
+//! The low-watermark barrier and the seals: how replace and delete by filter keep their
+//! order against every shard, including entries that become durable out of id order.
 //!
 //! A shard's low watermark is its oldest pending WAL id (infinity when nothing is pending):
-//! every entry of the shard below it is applied. A filter entry F (logged in shard 0) is
-//! applied only once every other shard's low watermark is above F's id.
+//! every entry of the shard below it is applied or not yet durable. A filter entry F
+//! (logged in shard 0) resolves its filter only after its barrier passed:
+//! 1. **publish**: the id clock's high-water mark is raised to the timestamp of the page's
+//!    largest filter entry if it is below it, so every id allocated from now on is above
+//!    every bound this barrier may seal;
+//! 2. **check**: no other shard holds a pending entry at or below F's effective id, and
+//!    F's own shard holds none below it except the entries of the page being applied
+//!    (an own-shard entry missing from the page was logged after the page was read: the
+//!    pass restarts from the oldest pending entry, [`Passed::Restart`]);
+//! 3. **seal**: every shard's seal ([`crate::wal::seal`]) is raised to the bound;
+//! 4. **check again** with the bound.
 //!
-//! Why that is enough (the argument is spelled out in docs/ARCHITECTURE.md):
-//! - Every write W acknowledged before F was issued has a smaller id (the allocator's order
-//!   invariant) and was durable, so pending in its shard, before F was logged. The barrier
-//!   waits until W is no longer pending, i.e. applied, so F's filter sees W's rows.
-//! - Writes with ids above F that were applied before F are harmless: the only entries
-//!   outside shard 0 are upserts, and every row write is fenced by WAL id, so F's
-//!   tombstones and F's new record cannot overwrite a row written by a larger id, and what F
-//!   reads from such a row (a match it then cannot overwrite) changes nothing. The outcome
-//!   is that of applying in id order.
-//! - Writes with ids below F that were not acknowledged when F was issued are concurrent
-//!   with F; applying them after F is a valid order, as in the one-shard WAL.
+//! Why (the whole argument, with every case, is in docs/ARCHITECTURE.md, "Order"):
+//! - A write W acknowledged before F was issued was durable before F was logged, hence
+//!   before check 2, which waits until W is no longer pending, i.e. applied: F sees W.
+//! - An entry U below the bound that check 2 did not see became durable after it, so after
+//!   F was issued, and it is acknowledged only after step 1: U is concurrent with F, and
+//!   every write issued after U's acknowledgement has an id above the bound. If its applier
+//!   reads the seal after step 3, U is stamped and takes effect just after the bound; if it
+//!   read the seal before, U was durable before check 4, which then waits until U is
+//!   applied, so F sees it. Either way the outcome is that of an order.
+//! - Entries with a larger effective id applied before F: fencing keeps F's tombstones off
+//!   their rows, exactly as if they had been applied after F.
 //!
-//! One check serves a whole page: a check that passes also reports the other shards' low
-//! watermark L (the smallest pending id among them, or none). Every filter entry of the
-//! same page with an id below L passes without another check. The page was read before the
-//! check, so each such entry F' was logged before it; a write acknowledged before F' was
-//! issued was durable before F' was logged, hence before the check, with an id below F' and
-//! so below L: it was no longer pending at the check, i.e. applied. The argument needs the
-//! page to have been read before the check, so the clearance never outlives its page (an
-//! entry of a later page may have been logged after the check, and a write acknowledged
-//! before it may have been logged after the check too). Without it, a backlog of filter
-//! entries in shard 0 cost one query per other shard each.
+//! One check serves a page: the bound is the largest effective id of the page's filter
+//! entries below the other shards' low watermark seen by check 2; every filter entry of the
+//! page at or below it passes with F. Each was logged before the page was read, so before
+//! check 2, and the argument above holds for it unchanged. The clearance never outlives its
+//! page (an entry of a later page may have been logged after the check).
 //!
 //! While it waits, the barrier applies the lagging shards itself when their lease is free
 //! (a nested pass, which never waits on a barrier of its own, so there is no cycle), keeps
@@ -35,6 +39,7 @@
 //! applier is frozen holds the barrier until its lease expires and another applier (or this
 //! barrier) takes the shard over.
 
+use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use futures::future::BoxFuture;
@@ -43,94 +48,143 @@ use super::{Applier, DrainOutcome};
 use crate::error::Result;
 use crate::faults;
 use crate::wal::lease::Lease;
-use crate::wal::{ShardId, WalId};
+use crate::wal::{Op, ShardId, WalEntry, WalId};
 
 /// Whether a barrier passed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Passed {
-    /// Every other shard is past the id. `low_watermark` is the smallest pending id of the
-    /// other shards seen by the check that passed (`None`: nothing was pending): a filter
-    /// entry of the same page below it passes too (see the module docs).
+    /// The filter entry may resolve. `cleared`: the bound its check sealed; a filter entry
+    /// of the same page at or below it passes too (`None`: the schema fence, which clears
+    /// nothing else).
     Yes {
-        /// The other shards' low watermark at the check.
-        low_watermark: Option<WalId>,
+        /// The sealed bound.
+        cleared: Option<WalId>,
     },
     /// The deadline came first.
     NotYet,
     /// The waiting applier lost its own lease.
     LeaseLost,
+    /// The filter entry's own shard holds an entry logged after the page was read with a
+    /// smaller id: re-read the shard from its oldest pending entry.
+    Restart,
 }
 
-/// One barrier check: the shards still behind an id, and the low watermark of them all.
+/// One barrier check.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Behind {
-    /// The shards other than the filter entry's whose low watermark is at or below its id.
+    /// The shards other than the filter entry's whose low watermark is at or below the bound.
     pub shards: Vec<ShardId>,
     /// The smallest pending id of the other shards (`None`: nothing pending).
     pub low_watermark: Option<WalId>,
+    /// The filter entry's own shard holds a pending entry below the bound that is not in the
+    /// page being applied.
+    pub own_late: bool,
+    /// The shard count the check covered.
+    pub count: u16,
 }
 
 /// What the barrier checks that passed on one page prove for the rest of that page (never
 /// keep it past the page: see the module docs).
 #[derive(Debug, Clone, Default)]
 pub struct PageClearance {
-    /// `Some(low)`: a check passed and saw low watermark `low` (`None`: nothing pending).
-    passed: Option<Option<WalId>>,
+    /// The bound a passed check sealed.
+    cleared: Option<WalId>,
 }
 
 impl PageClearance {
-    /// True when a filter entry of this page with this id needs no check of its own.
+    /// True when a filter entry of this page with this effective id needs no check of its own.
     pub fn covers(&self, id: &WalId) -> bool {
-        match &self.passed {
-            None => false,
-            Some(None) => true,
-            Some(Some(low)) => id < low,
-        }
+        self.cleared.as_ref().is_some_and(|c| id <= c)
     }
 
     /// Records a check that passed on this page.
-    pub fn passed(&mut self, low_watermark: Option<WalId>) {
-        self.passed = Some(low_watermark);
+    pub fn passed(&mut self, cleared: Option<WalId>) {
+        if cleared > self.cleared {
+            self.cleared = cleared;
+        }
     }
 }
 
 impl Applier {
-    /// The shards other than `own` whose low watermark is at or below `id`, and the low
-    /// watermark of all of them (one request per shard, concurrently; the shard count is
-    /// re-read, so shards added by another process are covered).
-    pub async fn shards_behind(&self, own: ShardId, id: &WalId) -> Result<Behind> {
+    /// One check against `bound`: the shards other than `own` whose low watermark is at or
+    /// below it and the low watermark of them all (one request per shard, concurrently; the
+    /// shard count is re-read, so shards added by another process are covered), and whether
+    /// `own` holds a pending entry below it other than the entries of `page` (one more
+    /// request).
+    pub async fn shards_behind(&self, own: ShardId, bound: &WalId, page: &[WalEntry]) -> Result<Behind> {
         let count = self.wal.current_shard_count().await?;
         let checks = ShardId::all(count)
             .filter(|s| *s != own)
             .map(|s| async move { Ok::<_, crate::Error>((s, self.wal.oldest_pending(s).await?)) });
-        let oldest = futures::future::try_join_all(checks).await?;
-        let shards = oldest.iter().filter(|(_, o)| o.as_ref().is_some_and(|o| o <= id)).map(|(s, _)| *s).collect();
+        let mine: BTreeSet<&str> = page.iter().filter(|e| e.id < *bound).map(|e| e.id.as_str()).collect();
+        let own_pending = self.wal.pending_before(own, bound, mine.len() + 1);
+        let (oldest, own_pending) =
+            futures::future::try_join(futures::future::try_join_all(checks), own_pending).await?;
+        let shards = oldest.iter().filter(|(_, o)| o.as_ref().is_some_and(|o| o <= bound)).map(|(s, _)| *s).collect();
         let low_watermark = oldest.into_iter().filter_map(|(_, o)| o).min();
-        Ok(Behind { shards, low_watermark })
+        let own_late = own_pending.iter().any(|id| !mine.contains(id.as_str()));
+        Ok(Behind { shards, low_watermark, own_late, count })
     }
 
-    /// Waits until every shard other than `own` has applied every entry below `id` (see the
-    /// module docs), applying lagging shards itself when it can. Returns at `deadline` at the
-    /// latest.
+    /// Waits until filter entry `page[0]` may resolve (see the module docs), applying lagging
+    /// shards itself when it can; `page` is the rest of the page it was read in. Returns at
+    /// `deadline` at the latest.
     /// (Boxed: it runs nested apply passes, which is recursion through
     /// [`Applier::run_shard`].)
     pub(crate) fn barrier<'a>(
         &'a self,
         own: ShardId,
-        id: &'a WalId,
+        page: &'a [WalEntry],
         lease: &'a mut Lease,
         deadline: Instant,
     ) -> BoxFuture<'a, Result<Passed>> {
-        Box::pin(self.wait_barrier(own, id, lease, deadline))
+        Box::pin(self.wait_barrier(own, page, lease, deadline))
     }
 
-    async fn wait_barrier(&self, own: ShardId, id: &WalId, lease: &mut Lease, deadline: Instant) -> Result<Passed> {
+    async fn wait_barrier(
+        &self,
+        own: ShardId,
+        page: &[WalEntry],
+        lease: &mut Lease,
+        deadline: Instant,
+    ) -> Result<Passed> {
+        let Some(id) = page.first().map(WalEntry::effective) else {
+            return Ok(Passed::Yes { cleared: None });
+        };
+        // Every id allocated from now on is above every bound this barrier may seal: an entry
+        // that becomes durable after the first check is acknowledged only after this.
+        let filters = page.iter().filter(|e| !matches!(e.op, Op::Upsert { .. })).map(WalEntry::effective);
+        self.publish_at_least(filters.max().unwrap_or(id)).await?;
         let mut delay = Duration::from_millis(5);
         loop {
-            let Behind { shards: behind, low_watermark } = self.shards_behind(own, id).await?;
-            if behind.is_empty() {
-                return Ok(Passed::Yes { low_watermark });
+            let first = self.shards_behind(own, id, page).await?;
+            if first.own_late {
+                return Ok(Passed::Restart);
             }
+            let behind = if first.shards.is_empty() {
+                // The bound: the largest filter entry of the page this check clears.
+                let bound = page
+                    .iter()
+                    .filter(|e| !matches!(e.op, Op::Upsert { .. }))
+                    .map(WalEntry::effective)
+                    .filter(|e| first.low_watermark.as_ref().is_none_or(|low| *e < low))
+                    .max()
+                    .unwrap_or(id);
+                let seals = ShardId::all(first.count).map(|s| self.wal.raise_seal(s, bound));
+                futures::future::try_join_all(seals).await?;
+                let again = self.shards_behind(own, bound, page).await?;
+                if again.own_late {
+                    return Ok(Passed::Restart);
+                }
+                if again.shards.is_empty() && again.count == first.count {
+                    return Ok(Passed::Yes { cleared: Some(bound.clone()) });
+                }
+                // Something became durable below the bound between the checks (stamped, or
+                // applied before this entry resolves), or a shard was added: check again.
+                again.shards
+            } else {
+                first.shards
+            };
             faults::point("barrier_wait")?;
             tracing::debug!(wal_id = %id, behind = behind.len(), "filter entry waits for the barrier");
             let passes = behind.iter().map(|s| self.run_shard(*s, deadline, true));
@@ -143,11 +197,25 @@ impl Applier {
             }
             // A shard held by another applier (or stopped at its own filter entry): wait for
             // it, backing off; a shard applied here is re-checked at once.
-            if outcomes.iter().any(|o| matches!(o, DrainOutcome::Busy | DrainOutcome::Partial { .. })) {
+            if behind.is_empty()
+                || outcomes.iter().any(|o| matches!(o, DrainOutcome::Busy | DrainOutcome::Partial { .. }))
+            {
                 let left = deadline.saturating_duration_since(Instant::now());
                 tokio::time::sleep(delay.min(left)).await;
                 delay = (delay * 2).min(Duration::from_millis(200));
             }
         }
+    }
+
+    /// Makes the id clock's high-water mark at least `bound`'s timestamp (one read; one
+    /// publication when it is below, e.g. while the filter entry's own round still
+    /// publishes), so every id allocated from now on is larger than every id stamped with
+    /// `bound`.
+    async fn publish_at_least(&self, bound: &WalId) -> Result<()> {
+        let Some(micros) = bound.micros() else { return Ok(()) };
+        if self.wal.high_water().await? < micros {
+            self.wal.publish_clock(micros).await?;
+        }
+        Ok(())
     }
 }

@@ -41,16 +41,16 @@ impl Applier {
             let Op::Upsert { record } = &entry.op else { continue };
             let keys = schema.record_keys(record)?;
             if owner_first {
-                records.entry(keys.row_key.clone()).or_default().push((&entry.id, record));
+                records.entry(keys.row_key.clone()).or_default().push((entry.effective(), record));
             } else {
                 for (_, pk) in keys.partitions {
-                    rows.insert((pk, keys.row_key.clone()), (&entry.id, record));
+                    rows.insert((pk, keys.row_key.clone()), (entry.effective(), record));
                 }
             }
             changes.push(Change {
                 identity: keys.row_key,
                 op: ChangeOp::Upsert,
-                wal_id: &entry.id,
+                wal_id: entry.effective(),
                 record: Some(record),
             });
         }

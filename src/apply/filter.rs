@@ -49,7 +49,7 @@ impl Applier {
             let mut doomed: BTreeMap<(String, String), Record> = BTreeMap::new();
             // Identities whose matched row a later entry wrote (applied before this one).
             let mut newer: BTreeSet<String> = BTreeSet::new();
-            for (row_key, rec, later) in self.matches(filter, &entry.id, &page.entities) {
+            for (row_key, rec, later) in self.matches(filter, entry.effective(), &page.entities) {
                 if later {
                     newer.insert(row_key.clone());
                 }
@@ -67,10 +67,10 @@ impl Applier {
             if doomed.is_empty() {
                 continue;
             }
-            self.index_tombstones(&entry.id, doomed.keys()).await?;
+            self.index_tombstones(entry.effective(), doomed.keys()).await?;
             let writes = doomed
                 .iter()
-                .map(|((pk, rk), rec)| (pk.clone(), rk.clone(), &entry.id, RowWrite::Tombstone(rec)))
+                .map(|((pk, rk), rec)| (pk.clone(), rk.clone(), entry.effective(), RowWrite::Tombstone(rec)))
                 .collect();
             self.write_rows(writes).await?;
             // One history row per identity removed (the new record's own identity, when the
@@ -81,8 +81,8 @@ impl Applier {
             for rk in removed {
                 // A row a later entry wrote was removed by this one only if the record existed
                 // before this entry in id order (else the later entry created it).
-                if !newer.contains(rk) || self.existed_before(rk, &entry.id).await? {
-                    changes.push(Change { identity: rk.clone(), op, wal_id: &entry.id, record: None });
+                if !newer.contains(rk) || self.existed_before(rk, entry.effective()).await? {
+                    changes.push(Change { identity: rk.clone(), op, wal_id: entry.effective(), record: None });
                 }
             }
             self.record_history(changes).await?;
@@ -91,15 +91,15 @@ impl Applier {
             if schema.has_added_indexes() {
                 // Owner row first: the record may exist unmatched with other values of an
                 // added index, or a newer entry of it may have been applied already.
-                self.write_record(&schema, identity.clone(), vec![(&entry.id, record)]).await?;
+                self.write_record(&schema, identity.clone(), vec![(entry.effective(), record)]).await?;
             } else {
                 let writes = new_rows
                     .iter()
-                    .map(|(pk, rk)| (pk.clone(), rk.clone(), &entry.id, RowWrite::Live(record)))
+                    .map(|(pk, rk)| (pk.clone(), rk.clone(), entry.effective(), RowWrite::Live(record)))
                     .collect();
                 self.write_rows(writes).await?;
             }
-            let change = Change { identity: identity.clone(), op, wal_id: &entry.id, record: Some(record) };
+            let change = Change { identity: identity.clone(), op, wal_id: entry.effective(), record: Some(record) };
             self.record_history(vec![change]).await?;
         }
         Ok(())

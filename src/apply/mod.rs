@@ -28,6 +28,7 @@ pub mod filter;
 pub mod history;
 pub mod row_cache;
 pub mod schema_change;
+mod stamp;
 pub mod sweep;
 
 use std::sync::Arc;
@@ -101,6 +102,9 @@ enum Flow {
     Stopped,
     /// The lease was lost.
     LeaseLost,
+    /// An entry logged late appeared before the current position: re-read the shard from
+    /// its oldest pending entry ([`barrier::Passed::Restart`]).
+    Restart,
 }
 
 /// Longest run of upserts applied together.
@@ -343,6 +347,8 @@ impl Applier {
         }
         let mut pages = self.prefetch_pending(lease.shard());
         loop {
+            // `pages` is replaced when a barrier finds an entry logged late before the
+            // current position (Flow::Restart).
             if !self.wal.keep_lease(lease).await? {
                 return Ok(None);
             }
@@ -356,20 +362,23 @@ impl Applier {
             let mut entries = Vec::with_capacity(page.len());
             for e in &page {
                 match WalEntry::from_entity(e) {
-                    Ok(entry) => entries.push(entry),
+                    Ok(entry) => entries.push((entry, e)),
                     Err(bad) => self.bury(e, &bad.reason).await?,
                 }
             }
+            let buried = page.len() - entries.len();
+            let entries = self.stamp_late(lease.shard(), entries).await?;
             // An entry validated under a newer schema than ours: adopt it first.
             if let Some(newest) = entries.iter().map(|e| e.schema_version).max() {
                 self.ensure_schema(newest).await?;
             }
             let (n, flow) = self.apply_entries(&entries, lease, deadline, nested).await?;
-            applied += n + (page.len() - entries.len());
+            applied += n + buried;
             match flow {
                 Flow::Done => {}
                 Flow::Stopped => return Ok(Some((applied, true))),
                 Flow::LeaseLost => return Ok(None),
+                Flow::Restart => pages = self.prefetch_pending(lease.shard()),
             }
             if Instant::now() >= deadline {
                 return Ok(Some((applied, true)));
@@ -423,11 +432,12 @@ impl Applier {
                 if nested {
                     return Ok((i, Flow::Stopped));
                 }
-                if !clearance.covers(&group[0].id) {
-                    match self.barrier(shard, &group[0].id, lease, deadline).await? {
-                        barrier::Passed::Yes { low_watermark } => clearance.passed(low_watermark),
+                if !clearance.covers(group[0].effective()) {
+                    match self.barrier(shard, &entries[i..], lease, deadline).await? {
+                        barrier::Passed::Yes { cleared } => clearance.passed(cleared),
                         barrier::Passed::NotYet => return Ok((i, Flow::Stopped)),
                         barrier::Passed::LeaseLost => return Ok((i, Flow::LeaseLost)),
+                        barrier::Passed::Restart => return Ok((i, Flow::Restart)),
                     }
                 }
                 if let Op::Schema { version } = group[0].op {
@@ -435,6 +445,7 @@ impl Applier {
                         barrier::Passed::Yes { .. } => {}
                         barrier::Passed::NotYet => return Ok((i, Flow::Stopped)),
                         barrier::Passed::LeaseLost => return Ok((i, Flow::LeaseLost)),
+                        barrier::Passed::Restart => return Ok((i, Flow::Restart)),
                     }
                 }
             }

@@ -76,7 +76,7 @@ impl Applier {
                 }
             }
             if behind == 0 {
-                return Ok(Passed::Yes { low_watermark: None });
+                return Ok(Passed::Yes { cleared: None });
             }
             tracing::debug!(version, behind, "schema change waits for appliers to adopt it");
             if Instant::now() >= deadline {

@@ -152,8 +152,17 @@ pub fn inverted_time(micros: i64) -> String {
     format!("{:019}", i64::MAX - micros.max(0))
 }
 
-/// The history RowKey of WAL entry `id` (see the module docs).
+/// The history RowKey of WAL entry `id` (see the module docs). For a stamped id
+/// `{seal}+{position}` ([`WalId::stamped`]: an entry logged late, taking effect just after
+/// `seal`) it is `pred(row_key(seal))~{row_key(position)}`, where `pred` lowers the last hex
+/// digit by one (with borrow): it sorts just before the seal's row (newer), after every row
+/// of an id newer than the seal (their keys, of the same fixed length, are at most
+/// `pred(row_key(seal))`), and among rows stamped with one seal, newer positions first.
 pub fn row_key(id: &WalId) -> String {
+    if let Some((seal, position)) = id.as_str().rsplit_once(crate::wal::id::STAMP) {
+        let seal = row_key(&WalId::from_stored(seal.to_string()));
+        return format!("{}~{}", predecessor(&seal), row_key(&WalId::from_stored(position.to_string())));
+    }
     let (_, uuid) = id.as_str().split_once('_').unwrap_or(("", id.as_str()));
     let complemented: String = uuid
         .chars()
@@ -163,6 +172,25 @@ pub fn row_key(id: &WalId) -> String {
         })
         .collect();
     format!("{}_{complemented}", inverted_time(id.micros().unwrap_or(0)))
+}
+
+/// `key` with its trailing hex number (the digits after the last `_` or `~`, dashes skipped)
+/// lowered by one: the largest key of the same length below it. Unchanged when that number
+/// is all zeros (a complemented UUID of all `f`s, which version-4 UUIDs never are).
+fn predecessor(key: &str) -> String {
+    let mut chars: Vec<char> = key.chars().collect();
+    for c in chars.iter_mut().rev() {
+        match c.to_digit(16) {
+            Some(0) => *c = 'f',
+            Some(d) => {
+                *c = char::from_digit(d - 1, 16).unwrap_or(*c);
+                return chars.into_iter().collect();
+            }
+            None if *c == '-' => {}
+            None => break,
+        }
+    }
+    key.to_string()
 }
 
 impl Change<'_> {
@@ -248,6 +276,22 @@ mod tests {
 
     fn id(micros: i64, uuid: &str) -> WalId {
         WalId::new(micros, uuid::Uuid::parse_str(uuid).unwrap())
+    }
+
+    #[test]
+    fn stamped_ids_keep_descending_effective_order() {
+        let id = |t: i64, u: u128| WalId::new(t, uuid::Uuid::from_u128(u));
+        let seal = id(2_000, 0x10);
+        let a = WalId::stamped(&seal, &id(1_000, 9));
+        let b = WalId::stamped(&seal, &id(1_500, 1));
+        let nested = WalId::stamped(&a, &id(1_200, 3));
+        // Effective order, oldest first.
+        let order = [id(1_999, 7), id(2_000, 0x0f), seal.clone(), a, nested, b, id(2_000, 0x11), id(2_001, 0)];
+        for w in order.windows(2) {
+            assert!(w[0] < w[1], "{} < {}", w[0], w[1]);
+            assert!(row_key(&w[0]) > row_key(&w[1]), "history rows newest first: {} / {}", w[0], w[1]);
+        }
+        assert_eq!(predecessor("x_0a0-0"), "x_09f-f");
     }
 
     #[test]

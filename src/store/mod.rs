@@ -347,24 +347,18 @@ impl<T: TableStore + QueueStore> Store for T {}
 
 /// Counts entities over the pages `fetch` returns (it gets the continuation token, `None`
 /// first): `(count, first RowKey)`.
-pub(crate) async fn count_pages<F, Fut>(mut fetch: F) -> StoreResult<(u64, Option<String>)>
+pub(crate) async fn count_pages<F, Fut>(fetch: F) -> StoreResult<(u64, Option<String>)>
 where
-    F: FnMut(Option<String>) -> Fut,
-    Fut: std::future::Future<Output = StoreResult<Page>>,
+    F: Fn(Option<String>) -> Fut + Send,
+    Fut: std::future::Future<Output = StoreResult<Page>> + Send,
 {
-    let (mut count, mut first) = (0u64, None);
-    let mut token: Option<String> = None;
-    loop {
-        let page = fetch(token.take()).await?;
-        if first.is_none() {
-            first = page.entities.first().map(|e| e.row_key.clone());
-        }
-        count += page.entities.len() as u64;
-        match page.continuation {
-            Some(t) => token = Some(t),
-            None => return Ok((count, first)),
-        }
-    }
+    use futures::TryStreamExt;
+    pager::follow(fetch)
+        .try_fold((0u64, None), |(count, first), page| async move {
+            let first = first.or_else(|| page.entities.first().map(|e| e.row_key.clone()));
+            Ok((count + page.entities.len() as u64, first))
+        })
+        .await
 }
 
 /// Checks the rules every backend enforces before I/O on a batch: size, single partition,

@@ -71,7 +71,13 @@ pub struct WalEntry {
     /// on every entry from before schema versions). An applier whose schema is older
     /// re-reads the schema before applying it.
     pub schema_version: u64,
+    /// Set when the entry was logged late ([`super::seal`]): the id it takes effect at
+    /// (property `at`, [`WalId::stamped`]). `None`: it takes effect at [`WalEntry::id`].
+    pub at: Option<WalId>,
 }
+
+/// The property holding a stamped entry's effective id.
+pub const AT: &str = "at";
 
 /// Why a stored entry could not be read.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -127,7 +133,17 @@ impl WalEntry {
         for (i, p) in parts.into_iter().enumerate() {
             e.properties.insert(format!("b{i}"), Value::String(p));
         }
+        if let Some(at) = &self.at {
+            e.properties.insert(AT.into(), Value::String(at.to_string()));
+        }
         e
+    }
+
+    /// The id this entry takes effect at: its stamp when it was logged late, else its id.
+    /// Every row it writes (catalog, tombstone, history) carries this id, and fencing
+    /// compares it.
+    pub fn effective(&self) -> &WalId {
+        self.at.as_ref().unwrap_or(&self.id)
     }
 
     /// Reads an entry back; entries of an unknown format version or with a damaged body are
@@ -148,7 +164,8 @@ impl WalEntry {
             Some(Value::Int64(v)) => (*v).max(0) as u64,
             _ => 0,
         };
-        Ok(WalEntry { id: WalId::from_stored(e.row_key.clone()), op, schema_version })
+        let at = e.str(AT).map(|s| WalId::from_stored(s.to_string()));
+        Ok(WalEntry { id: WalId::from_stored(e.row_key.clone()), op, schema_version, at })
     }
 }
 
@@ -160,7 +177,8 @@ mod tests {
     #[test]
     fn entries_round_trip_including_large_bodies() {
         let record = json!({"name": "é😀".repeat(40_000), "n": 1}).as_object().cloned().unwrap();
-        let entry = WalEntry { id: WalId::new(1, uuid::Uuid::nil()), op: Op::Upsert { record }, schema_version: 3 };
+        let entry =
+            WalEntry { id: WalId::new(1, uuid::Uuid::nil()), op: Op::Upsert { record }, schema_version: 3, at: None };
         let e = entry.to_entity("wal");
         assert!(e.properties.len() > 4, "body split into chunks");
         for (k, v) in &e.properties {
@@ -173,6 +191,7 @@ mod tests {
             id: WalId::new(2, uuid::Uuid::nil()),
             op: Op::Delete { filter: Filter::new(vec![("icao".into(), "KJFK".into())]) },
             schema_version: 0,
+            at: Some(WalId::stamped(&WalId::new(3, uuid::Uuid::nil()), &WalId::new(2, uuid::Uuid::nil()))),
         };
         assert_eq!(WalEntry::from_entity(&del.to_entity("wal")).unwrap(), del);
     }
@@ -183,6 +202,7 @@ mod tests {
             id: WalId::new(1, uuid::Uuid::nil()),
             op: Op::Delete { filter: Filter::default() },
             schema_version: 0,
+            at: None,
         }
         .to_entity("wal");
         e.properties.insert("v".into(), Value::Int32(99));

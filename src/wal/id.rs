@@ -35,6 +35,21 @@ impl WalId {
         Some(WalId(s.to_string()))
     }
 
+    /// The effective id of an entry logged late ([`super::seal`]): `{seal}+{position}`, where
+    /// `position` is the entry's own id. It sorts just after `seal` (and after every other
+    /// id stamped with the same seal and a smaller position) and before every id larger
+    /// than `seal` that is not itself stamped with it, because plain ids have one fixed
+    /// length and `+` follows none of their characters' places. Its timestamp
+    /// ([`WalId::micros`]) is the seal's.
+    pub fn stamped(seal: &WalId, position: &WalId) -> WalId {
+        WalId(format!("{}{STAMP}{}", seal.0, position.0))
+    }
+
+    /// True for an effective id made by [`WalId::stamped`].
+    pub fn is_stamped(&self) -> bool {
+        self.0.contains(STAMP)
+    }
+
     /// Wraps a string read from storage without checking it.
     pub fn from_stored(s: String) -> WalId {
         WalId(s)
@@ -50,6 +65,9 @@ impl WalId {
         parse_micros(self.0.split('_').next()?)
     }
 }
+
+/// Joins a seal and an entry's position in a stamped id.
+pub const STAMP: char = '+';
 
 impl fmt::Display for WalId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -78,6 +96,19 @@ pub fn now_micros() -> i64 {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn stamped_ids_sort_just_after_their_seal() {
+        let id = |t: i64, u: u128| super::WalId::new(t, uuid::Uuid::from_u128(u));
+        let seal = id(2_000, 5);
+        let (a, b) = (super::WalId::stamped(&seal, &id(1_000, 9)), super::WalId::stamped(&seal, &id(1_500, 1)));
+        assert!(seal < a && a < b, "after the seal, in position order");
+        assert!(b < id(2_000, 6) && b < id(2_001, 0), "before every larger plain id");
+        assert!(id(1_999, u128::MAX) < a && id(2_000, 4) < a);
+        let nested = super::WalId::stamped(&a, &id(1_200, 3));
+        assert!(a < nested && nested < b);
+        assert_eq!(a.micros(), Some(2_000));
+        assert!(a.is_stamped() && !seal.is_stamped());
+    }
     use super::*;
 
     #[test]

@@ -23,7 +23,9 @@ pub mod clock;
 pub mod entry;
 pub mod id;
 pub mod lease;
+pub(crate) mod max_row;
 pub mod schema_row;
+pub mod seal;
 pub mod shard;
 
 pub use entry::{Op, WalEntry};
@@ -194,9 +196,34 @@ impl Wal {
         Ok(n)
     }
 
-    /// Up to `limit` pending entries of `shard` (raw entities) in id order.
+    /// Up to `limit` (1..=1,000) pending entries of `shard` (raw entities) in id order. Pages
+    /// that come back short or empty with a continuation token are followed (the one pager),
+    /// so an empty result means nothing is pending. One request unless the service splits
+    /// the answer.
     pub async fn pending_page(&self, shard: ShardId, limit: usize) -> Result<Vec<Entity>> {
-        Ok(self.store.query_partition(&self.table, &shard.partition(), &pending_range(), limit, None).await?.entities)
+        self.pending_in(shard, &pending_range(), limit).await
+    }
+
+    /// Up to `limit` pending ids of `shard` below `bound`, in id order (see
+    /// [`Wal::pending_page`]).
+    pub async fn pending_before(&self, shard: ShardId, bound: &WalId, limit: usize) -> Result<Vec<WalId>> {
+        let range = RowRange { before: Some(bound.as_str().min(PENDING_BEFORE).to_string()), ..RowRange::default() };
+        let found = self.pending_in(shard, &range, limit).await?;
+        Ok(found.into_iter().map(|e| WalId::from_stored(e.row_key)).collect())
+    }
+
+    async fn pending_in(&self, shard: ShardId, range: &RowRange, limit: usize) -> Result<Vec<Entity>> {
+        use futures::{StreamExt, TryStreamExt};
+        let partition = shard.partition();
+        let limit = limit.clamp(1, crate::store::MAX_PAGE);
+        let entities = crate::store::pager::entities(self.store.as_ref(), &self.table, &partition, range, limit);
+        Ok(entities.take(limit).try_collect().await?)
+    }
+
+    /// Publishes `micros` on the id clock as this process's (see
+    /// [`clock::Clock::publish`]): every id allocated afterwards, by any process, is larger.
+    pub(crate) async fn publish_clock(&self, micros: i64) -> Result<()> {
+        self.appender.clock.publish(self.store.as_ref(), &self.table, micros).await
     }
 
     /// The id clock's high-water mark, in µs: every id published by any process (every

@@ -1,0 +1,506 @@
+//! Regression tests for issue 25 (deliverable 1): entries logged late, and a shard's oldest
+//! pending entry hidden behind an empty first page. Each scenario is made deterministic with
+//! [`Fault::Hold`] gates (an entry's insert into the WAL held until the test opens the gate)
+//! or a store wrapper that shapes one kind of response; nothing depends on sleeps or clocks.
+//!
+//! - An upsert U whose id is taken but whose entry is not yet written (so it is pending
+//!   nowhere) is concurrent with a delete by filter F issued meanwhile. With an index added
+//!   online (not part of the RowKey), F may match U's record by a value U changes; every
+//!   linearization of U and F keeps U's record (U before F: F no longer matches; F before U:
+//!   U writes it again). The apply of U must not treat F's tombstones as "a newer version of
+//!   this record".
+//! - `Wal::oldest_pending` reads one entity (`$top=1`) and ignores the continuation token, but
+//!   an empty page with a token is not the end of a query (docs/AZURE.md): a shard with a
+//!   pending entry then looks empty to the barrier and to the read-your-writes catch-up.
+//! - A delete D logged late (id below a later delete F of the same record, applied after F)
+//!   is a valid order: F, D.
+#![cfg(feature = "fault-injection")]
+
+mod common;
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde_json::json;
+use table_catalog::catalog::{Catalog, CatalogOptions, Written};
+use table_catalog::config::Names;
+use table_catalog::history::{ChangeOp, HistoryOptions};
+use table_catalog::indexes;
+use table_catalog::query::Filter;
+use table_catalog::record::Record;
+use table_catalog::schema::IndexState;
+use table_catalog::server::ServeOptions;
+use table_catalog::store::fault::{Fault, FaultStore, Gate, OpKind, Rule, Trigger};
+use table_catalog::store::{
+    BatchOp, ETag, Entity, IfMatch, Page, PartitionRange, QueueStore, ReceivedMessage, RowRange, Store, StoreResult,
+    TableStore,
+};
+use table_catalog::verify;
+use table_catalog::wal::{ShardId, WalId};
+
+use common::Backend;
+
+const SHARDS: u16 = 4;
+
+/// Longest wait for each step; only a broken applier reaches it.
+const DEADLINE: Duration = Duration::from_secs(60);
+
+async fn within<T>(what: &str, f: impl std::future::Future<Output = T>) -> T {
+    tokio::time::timeout(DEADLINE, f).await.unwrap_or_else(|_| panic!("{what}: not within {DEADLINE:?}"))
+}
+
+fn options() -> CatalogOptions {
+    let mut o = CatalogOptions::default();
+    o.wal.shards = SHARDS;
+    o.wal.lease_duration = Duration::from_secs(10);
+    o
+}
+
+fn f(field: &str, value: &str) -> Filter {
+    Filter::new(vec![(field.into(), value.into())])
+}
+
+fn id(w: &Written) -> WalId {
+    WalId::parse(&w.id).unwrap()
+}
+
+/// Record R (icao KAAA) with this country.
+fn r(country: &str) -> Record {
+    json!({"icao": "KAAA", "iata": "AAA", "lid": "AAA", "name": "Alpha Field", "country": country})
+        .as_object()
+        .cloned()
+        .unwrap()
+}
+
+async fn open(store: Arc<dyn Store>, names: &Names, opts: CatalogOptions) -> Arc<Catalog> {
+    Arc::new(Catalog::open(store, names.clone(), common::airports_schema(), opts).await.unwrap())
+}
+
+async fn state_of(c: &Catalog, field: &str) -> Option<IndexState> {
+    indexes::list(c).await.unwrap().into_iter().find(|i| i.field == field).map(|i| i.state)
+}
+
+/// Adds index `field` through `c` and runs its backfill until it is active.
+async fn add_index_until_active(c: &Arc<Catalog>, field: &str, label: &str) {
+    let (worker_stop, worker_rx) = tokio::sync::watch::channel(false);
+    let opts = ServeOptions { scan_workers: 2, ..ServeOptions::default() };
+    let scan = tokio::spawn(table_catalog::server::run_scan_worker(c.clone(), opts, worker_rx));
+    indexes::add(c, field).await.unwrap();
+    common::wait_for(&format!("{label}: {field} to turn active"), || async {
+        c.recover().await.unwrap();
+        (state_of(c, field).await == Some(IndexState::Active)).then_some(())
+    })
+    .await;
+    worker_stop.send_replace(true);
+    scan.await.unwrap();
+}
+
+/// Holds instance A's next entry insert into the WAL table (a single entry is written with
+/// one `insert`; the clock publication of the same round is a batch or an upsert, so it goes
+/// through and the id is published).
+fn hold_next_entry(slow: &FaultStore, names: &Names) -> Gate {
+    let gate = Gate::new();
+    slow.add(Rule::new(&[OpKind::Insert], Trigger::Nth(1), Fault::Hold(gate.clone())).on(&names.wal_table));
+    gate
+}
+
+/// Applies with every instance until nothing is pending, then checks nothing is dead.
+async fn drain(cs: &[&Catalog], label: &str) {
+    within(&format!("{label}: drain"), async {
+        loop {
+            for c in cs {
+                c.recover().await.unwrap();
+            }
+            if cs[0].status().await.unwrap().pending == 0 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    let st = cs[0].status().await.unwrap();
+    assert_eq!((st.pending, st.dead), (0, 0), "{label}: {st:?}");
+}
+
+async fn verify_clean(c: &Catalog, label: &str) {
+    let report = verify::verify(c.store().as_ref(), &c.names().table, &c.schema()).await.unwrap();
+    assert_eq!(report.total_findings(), 0, "{label}: verify: {:?}", report.findings);
+}
+
+/// R is live with country CA: found by icao and by CA, not by US; verify is clean.
+async fn live_in_ca(c: &Catalog, label: &str) {
+    let by_icao = c.query_all(&f("icao", "KAAA")).await.unwrap();
+    let by_ca = c.query_all(&f("country", "CA")).await.unwrap();
+    let by_us = c.query_all(&f("country", "US")).await.unwrap();
+    assert_eq!(
+        (by_icao.clone(), by_ca.clone(), by_us.clone()),
+        (vec![r("CA")], vec![r("CA")], vec![]),
+        "{label}: R (upserted to country=CA concurrently with the delete of country=US) must survive, \
+         live with CA, in every linearization; got icao=KAAA -> {by_icao:?}, country=CA -> {by_ca:?}, \
+         country=US -> {by_us:?}"
+    );
+    verify_clean(c, label).await;
+}
+
+/// The late upsert U (held at its entry insert through `a`) and the delete F of country=US
+/// (through `b`, applied while U is pending nowhere). Returns after U is acknowledged.
+async fn late_upsert_and_delete(a: &Arc<Catalog>, b: &Catalog, slow: &FaultStore, names: &Names, label: &str) {
+    let gate = hold_next_entry(slow, names);
+    let late = tokio::spawn({
+        let a = a.clone();
+        async move { a.upsert(r("CA"), false).await }
+    });
+    within(&format!("{label}: U's entry insert reaches the gate"), gate.reached(1)).await;
+
+    // F, issued while U is in flight, passes the barrier (U is pending nowhere) and applies.
+    let del = within(&format!("{label}: F applies"), b.delete(f("country", "US"), true)).await.unwrap();
+    assert!(del.applied, "{label}: F applied");
+    assert_eq!(b.status().await.unwrap().pending, 0, "{label}: U's entry is not written while held");
+    assert!(b.query_all(&f("icao", "KAAA")).await.unwrap().is_empty(), "{label}: F deleted R0");
+    assert_eq!(gate.state().passed, 0, "{label}: U is still held");
+
+    // U's entry is written; U is acknowledged, with an id below F's (its id was published
+    // before F read the clock).
+    gate.open();
+    let up = within(&format!("{label}: U is acknowledged"), late).await.unwrap().unwrap();
+    assert_eq!(gate.state().passed, 1, "{label}: U's entry went through the gate");
+    assert!(id(&up) < id(&del), "{label}: U's id {} is below F's {}", up.id, del.id);
+}
+
+/// Issue 25, item 1. An index `country` added online; R0 {KAAA, country US} applied. U =
+/// upsert of the same identity with country CA through instance A: its id is taken, its
+/// entry insert held. F = delete country=US through instance B, applied (tombstones every row
+/// of R0, with F's id). Then U's entry is written and applied. U and F are concurrent, and
+/// both orders keep R with CA; the current apply finds F's tombstone (a larger id) on R's
+/// owner row, takes U as superseded and writes nothing: R is gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upsert_logged_late_survives_a_delete_by_an_added_index() {
+    for backend in common::backends() {
+        let label = format!("{backend:?}");
+        let inner = common::store(backend);
+        let names = Names::new(&common::unique_name("late"), None, None).unwrap();
+        let b = open(inner.clone(), &names, options()).await;
+        add_index_until_active(&b, "country", &label).await;
+        b.upsert(r("US"), true).await.unwrap();
+        assert_eq!(b.query_all(&f("country", "US")).await.unwrap(), vec![r("US")], "{label}: R0 applied");
+
+        // Instance A, opened after the change (it has the active index), through a fault
+        // injector.
+        let slow = Arc::new(FaultStore::new(inner.clone(), 1));
+        let a = open(slow.clone(), &names, options()).await;
+        late_upsert_and_delete(&a, &b, &slow, &names, &label).await;
+
+        drain(&[&b, &a], &label).await;
+        live_in_ca(&b, &label).await;
+    }
+}
+
+/// The same with the index added while U is held: R0 {KAAA, country US} applied before any
+/// added index; U (country CA) takes its id and is held (logged under the old schema, so
+/// ordered before the change); `index add country` runs and its backfill turns the index
+/// active (R0's row of US); then F = delete country=US applies; then U is written and
+/// applied. R must be live with CA.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upsert_logged_late_across_an_index_add_survives_a_delete_by_the_new_index() {
+    for backend in common::backends() {
+        let label = format!("{backend:?}");
+        let inner = common::store(backend);
+        let names = Names::new(&common::unique_name("lateadd"), None, None).unwrap();
+        let b = open(inner.clone(), &names, options()).await;
+        b.upsert(r("US"), true).await.unwrap();
+        let slow = Arc::new(FaultStore::new(inner.clone(), 1));
+        let a = open(slow.clone(), &names, options()).await;
+
+        let gate = hold_next_entry(&slow, &names);
+        let late = tokio::spawn({
+            let a = a.clone();
+            async move { a.upsert(r("CA"), false).await }
+        });
+        within(&format!("{label}: U's entry insert reaches the gate"), gate.reached(1)).await;
+
+        add_index_until_active(&b, "country", &label).await;
+        assert_eq!(b.query_all(&f("country", "US")).await.unwrap(), vec![r("US")], "{label}: R0 backfilled");
+        let del = within(&format!("{label}: F applies"), b.delete(f("country", "US"), true)).await.unwrap();
+        assert!(del.applied, "{label}: F applied");
+        assert!(b.query_all(&f("icao", "KAAA")).await.unwrap().is_empty(), "{label}: F deleted R0");
+        assert_eq!(gate.state().passed, 0, "{label}: U is still held");
+
+        gate.open();
+        let up = within(&format!("{label}: U is acknowledged"), late).await.unwrap().unwrap();
+        assert!(id(&up) < id(&del), "{label}: U's id {} is below F's {}", up.id, del.id);
+
+        drain(&[&b, &a], &label).await;
+        live_in_ca(&b, &label).await;
+    }
+}
+
+/// Issue 25, item 3. D = delete icao=KXXX takes its id and is held; F = delete iata=YYY (a
+/// larger id) matching the same record is logged and applied first; then D is written and
+/// applied. F, D is a valid order (D is concurrent with F): the record is gone, its history
+/// has exactly one removal row (F's, none of D's, which removed nothing), nothing is pending
+/// or dead.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delete_logged_late_after_a_later_delete_of_the_same_record_is_a_valid_order() {
+    for backend in common::backends() {
+        let label = format!("{backend:?}");
+        let inner = common::store(backend);
+        let names = Names::new(&common::unique_name("latedel"), None, None).unwrap();
+        let mut opts = options();
+        opts.history = HistoryOptions::on();
+        let b = open(inner.clone(), &names, opts.clone()).await;
+        let x: Record =
+            json!({"icao": "KXXX", "iata": "YYY", "lid": "XXX", "name": "X-ray Field"}).as_object().cloned().unwrap();
+        let upserted = b.upsert(x.clone(), true).await.unwrap();
+        let slow = Arc::new(FaultStore::new(inner.clone(), 1));
+        let a = open(slow.clone(), &names, opts).await;
+
+        let gate = hold_next_entry(&slow, &names);
+        let late = tokio::spawn({
+            let a = a.clone();
+            async move { a.delete(f("icao", "KXXX"), false).await }
+        });
+        within(&format!("{label}: D's entry insert reaches the gate"), gate.reached(1)).await;
+        let later = within(&format!("{label}: F applies"), b.delete(f("iata", "YYY"), true)).await.unwrap();
+        assert!(later.applied);
+        assert_eq!(gate.state().passed, 0, "{label}: D is still held");
+        gate.open();
+        let d = within(&format!("{label}: D is acknowledged"), late).await.unwrap().unwrap();
+        assert!(id(&d) < id(&later), "{label}: D's id {} is below F's {}", d.id, later.id);
+
+        drain(&[&b, &a], &label).await;
+        for (field, value) in [("icao", "KXXX"), ("iata", "YYY"), ("lid", "XXX")] {
+            let found = b.query_all(&f(field, value)).await.unwrap();
+            assert!(found.is_empty(), "{label}: the record is found by {field}: {found:?}");
+        }
+        verify_clean(&b, &label).await;
+        let history = b.history("icao", "KXXX", 100, None).await.unwrap().history;
+        let rows: Vec<(ChangeOp, &str, bool)> =
+            history.iter().map(|e| (e.op, e.wal_id.as_str(), e.record.is_some())).collect();
+        assert_eq!(
+            rows,
+            vec![(ChangeOp::Delete, later.id.as_str(), false), (ChangeOp::Upsert, upserted.id.as_str(), true)],
+            "{label}: one removal row, F's (D = {} removed nothing, applied after F)",
+            d.id
+        );
+    }
+}
+
+/// A store that answers the first page of a `$top=1` query of one WAL pending partition with
+/// no entity and a continuation token (Azure may: a page can be empty and still not be the
+/// last, docs/AZURE.md). Following the token gives the real first page.
+struct EmptyFirstPage {
+    inner: Arc<dyn Store>,
+    /// The (table, partition) answered so; `None`: none.
+    target: Mutex<Option<(String, String)>>,
+    armed: AtomicBool,
+    /// Empty pages served.
+    served: AtomicU64,
+}
+
+const TOKEN: &str = "empty-first-page-test-token";
+
+impl EmptyFirstPage {
+    fn new(inner: Arc<dyn Store>) -> EmptyFirstPage {
+        EmptyFirstPage { inner, target: Mutex::new(None), armed: AtomicBool::new(false), served: AtomicU64::new(0) }
+    }
+
+    fn arm(&self, table: &str, partition: &str) {
+        *self.target.lock().unwrap() = Some((table.to_string(), partition.to_string()));
+        self.armed.store(true, Ordering::SeqCst);
+    }
+
+    fn disarm(&self) {
+        self.armed.store(false, Ordering::SeqCst);
+    }
+
+    fn served(&self) -> u64 {
+        self.served.load(Ordering::SeqCst)
+    }
+
+    fn shapes(&self, table: &str, pk: &str, limit: usize) -> bool {
+        limit == 1
+            && self.armed.load(Ordering::SeqCst)
+            && self.target.lock().unwrap().as_ref().is_some_and(|(t, p)| t == table && p == pk)
+    }
+}
+
+#[async_trait]
+impl TableStore for EmptyFirstPage {
+    async fn create_table(&self, table: &str) -> StoreResult<()> {
+        self.inner.create_table(table).await
+    }
+    async fn delete_table(&self, table: &str) -> StoreResult<()> {
+        self.inner.delete_table(table).await
+    }
+    async fn get(&self, table: &str, pk: &str, rk: &str) -> StoreResult<Option<Entity>> {
+        self.inner.get(table, pk, rk).await
+    }
+    async fn insert(&self, table: &str, entity: &Entity) -> StoreResult<ETag> {
+        self.inner.insert(table, entity).await
+    }
+    async fn upsert(&self, table: &str, entity: &Entity) -> StoreResult<ETag> {
+        self.inner.upsert(table, entity).await
+    }
+    async fn replace(&self, table: &str, entity: &Entity, if_match: &IfMatch) -> StoreResult<ETag> {
+        self.inner.replace(table, entity, if_match).await
+    }
+    async fn delete(&self, table: &str, pk: &str, rk: &str, if_match: &IfMatch) -> StoreResult<()> {
+        self.inner.delete(table, pk, rk, if_match).await
+    }
+    async fn query_partition(
+        &self,
+        table: &str,
+        pk: &str,
+        range: &RowRange,
+        limit: usize,
+        continuation: Option<&str>,
+    ) -> StoreResult<Page> {
+        match continuation {
+            None if self.shapes(table, pk, limit) => {
+                self.served.fetch_add(1, Ordering::SeqCst);
+                Ok(Page { entities: Vec::new(), continuation: Some(TOKEN.to_string()) })
+            }
+            Some(TOKEN) => self.inner.query_partition(table, pk, range, limit, None).await,
+            other => self.inner.query_partition(table, pk, range, limit, other).await,
+        }
+    }
+    async fn query_partitions(
+        &self,
+        table: &str,
+        range: &PartitionRange,
+        limit: usize,
+        continuation: Option<&str>,
+    ) -> StoreResult<Page> {
+        self.inner.query_partitions(table, range, limit, continuation).await
+    }
+    async fn scan(&self, table: &str, limit: usize, continuation: Option<&str>) -> StoreResult<Page> {
+        self.inner.scan(table, limit, continuation).await
+    }
+    async fn count_range(&self, table: &str, pk: &str, range: &RowRange) -> StoreResult<(u64, Option<String>)> {
+        self.inner.count_range(table, pk, range).await
+    }
+    async fn batch(&self, table: &str, pk: &str, ops: &[BatchOp]) -> StoreResult<Vec<Option<ETag>>> {
+        self.inner.batch(table, pk, ops).await
+    }
+}
+
+#[async_trait]
+impl QueueStore for EmptyFirstPage {
+    async fn create_queue(&self, queue: &str) -> StoreResult<()> {
+        self.inner.create_queue(queue).await
+    }
+    async fn delete_queue(&self, queue: &str) -> StoreResult<()> {
+        self.inner.delete_queue(queue).await
+    }
+    async fn put_message(&self, queue: &str, text: &str, visible_after: Duration) -> StoreResult<String> {
+        self.inner.put_message(queue, text, visible_after).await
+    }
+    async fn receive_messages(
+        &self,
+        queue: &str,
+        max: usize,
+        visibility: Duration,
+    ) -> StoreResult<Vec<ReceivedMessage>> {
+        self.inner.receive_messages(queue, max, visibility).await
+    }
+    async fn delete_message(&self, queue: &str, id: &str, pop_receipt: &str) -> StoreResult<()> {
+        self.inner.delete_message(queue, id, pop_receipt).await
+    }
+    async fn release_message(
+        &self,
+        queue: &str,
+        id: &str,
+        pop_receipt: &str,
+        text: &str,
+        visible_after: Duration,
+    ) -> StoreResult<String> {
+        self.inner.release_message(queue, id, pop_receipt, text, visible_after).await
+    }
+    async fn approximate_count(&self, queue: &str) -> StoreResult<u64> {
+        self.inner.approximate_count(queue).await
+    }
+}
+
+/// A record with IATA code ZZZ whose RowKey lands in shard 3 (its name varied until it does).
+fn c_in_shard_3() -> Record {
+    let schema = common::airports_schema();
+    (0..10_000)
+        .map(|i| {
+            json!({"icao": "KCCC", "iata": "ZZZ", "lid": "CCC", "name": format!("Charlie field {i}")})
+                .as_object()
+                .cloned()
+                .unwrap()
+        })
+        .find(|r| ShardId::for_row_key(&schema.record_keys(r).unwrap().row_key, SHARDS).index() == 3)
+        .unwrap()
+}
+
+/// A catalog over [`EmptyFirstPage`] with C upserted (acknowledged, not applied) in shard 3,
+/// and the wrapper armed on shard 3's pending partition.
+async fn c_pending_behind_an_empty_page(backend: Backend) -> (Arc<EmptyFirstPage>, Arc<Catalog>, Written) {
+    let shaped = Arc::new(EmptyFirstPage::new(common::store(backend)));
+    let names = Names::new(&common::unique_name("empty"), None, None).unwrap();
+    let c = open(shaped.clone(), &names, options()).await;
+    let up = c.upsert(c_in_shard_3(), false).await.unwrap();
+    let shard = up.shard.unwrap();
+    assert_eq!(shard, ShardId::new(3).unwrap());
+    assert!(c.wal().is_pending(shard, &id(&up)).await.unwrap(), "C is pending");
+    shaped.arm(&names.wal_table, &shard.partition());
+    (shaped, c, up)
+}
+
+/// Issue 25, item 2 (the barrier). C is upserted and acknowledged (pending in shard 3); then
+/// a delete of iata=ZZZ is issued with `wait`. The barrier must see C pending below the
+/// delete's id (and apply shard 3 first), so C is deleted. When shard 3's `$top=1` query
+/// answers an empty page with a continuation token, `oldest_pending` reports nothing pending,
+/// the barrier passes, the delete applies before C, and C survives a delete issued after it
+/// was acknowledged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delete_sees_an_upsert_behind_an_empty_first_page() {
+    for backend in common::backends() {
+        let label = format!("{backend:?}");
+        let (shaped, c, up) = c_pending_behind_an_empty_page(backend).await;
+        let del = within(&format!("{label}: the delete applies"), c.delete(f("iata", "ZZZ"), true)).await.unwrap();
+        assert!(id(&up) < id(&del));
+        assert!(shaped.served() >= 1, "{label}: shard 3 answered an empty first page");
+        shaped.disarm();
+        drain(&[&c], &label).await;
+        let found = c.query_all(&f("iata", "ZZZ")).await.unwrap();
+        assert!(
+            found.is_empty(),
+            "{label}: C (acknowledged as {} before the delete {} was issued) survived the delete; \
+             shard 3 answered {} empty first page(s) with a continuation token: {found:?}",
+            up.id,
+            del.id,
+            shaped.served()
+        );
+        verify_clean(&c, &label).await;
+    }
+}
+
+/// Issue 25, item 2 (read-your-writes). C is upserted and acknowledged (pending in shard 3);
+/// a consistent read by icao must return it. With shard 3's `$top=1` query answering an empty
+/// page with a continuation token, the catch-up finds nothing pending and the read misses C.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_consistent_read_sees_an_upsert_behind_an_empty_first_page() {
+    for backend in common::backends() {
+        let label = format!("{backend:?}");
+        let (shaped, c, up) = c_pending_behind_an_empty_page(backend).await;
+        let page = within(&format!("{label}: the consistent read"), c.query_consistent(&f("icao", "KCCC"), 10, None))
+            .await
+            .unwrap();
+        assert!(shaped.served() >= 1, "{label}: shard 3 answered an empty first page");
+        assert_eq!(
+            page.records.len(),
+            1,
+            "{label}: a consistent read missed C, acknowledged as {} before the read began; shard 3 \
+             answered {} empty first page(s) with a continuation token",
+            up.id,
+            shaped.served()
+        );
+        shaped.disarm();
+        drain(&[&c], &label).await;
+    }
+}
