@@ -8,8 +8,9 @@
 // Flex Consumption is its Linux successor, scales to zero, and lists a "custom" runtime
 // (functionAppConfig.runtime name 'custom', version '1.0'). Sources in docs/FUNCTIONS.md.
 //
-// Check that the region offers Flex Consumption and the custom runtime first:
-//   az functionapp list-flexconsumption-runtimes --location <region>
+// Check that the region offers Flex Consumption and the custom runtime first (an empty list
+// means it does not):
+//   az functionapp list-flexconsumption-runtimes --location <region> --runtime custom
 //
 // Storage access is keyless: Shared Key access is off (allowSharedKeyAccess: false) and no app
 // setting holds a key or a connection string. The Functions host (queue trigger, timer locks,
@@ -61,8 +62,8 @@ param hashKeySecretName string = 'catalog-hash-key'
 @maxValue(64)
 param walShards int = 4
 
-@description('Upper bound of Flex Consumption instances (40-1000). Appliers of one WAL shard serialise on its lease, so instances beyond the WAL shard count mostly take writes, not applies.')
-@minValue(40)
+@description('Flex Consumption maximumInstanceCount (1-1000): the most on-demand instances of each function group (the HTTP functions together; apply, scan and sweep each on their own), not of the whole app. Appliers of one WAL shard serialise on its lease, so apply instances beyond walShards add no apply throughput; the HTTP group (writes) is what a higher value scales. Default 40, accepted in every region; lower it to cap storage load where the region accepts values below 40 (docs/FUNCTIONS.md, section 6).')
+@minValue(1)
 @maxValue(1000)
 param maximumInstanceCount int = 40
 
