@@ -8,7 +8,9 @@
 //! returns when `wait` is set.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use crate::env::Instant;
 
 use serde::Serialize;
 
@@ -396,12 +398,12 @@ impl Catalog {
     /// here stops at its first page boundary past the deadline, so the wait ends within the
     /// timeout plus the time to apply one page ([`crate::apply::DRAIN_PAGE`] entries).
     pub async fn wait_applied(&self, shard: ShardId, id: &WalId) -> Result<bool> {
-        let deadline = Instant::now() + self.opts.wait_timeout;
+        let deadline = crate::env::now() + self.opts.wait_timeout;
         let mut delay = Duration::from_millis(5);
         loop {
-            let started = Instant::now();
+            let started = crate::env::now();
             let outcome =
-                self.applier.apply_shard_by(shard, deadline.min(Instant::now() + self.opts.wal.apply_budget)).await?;
+                self.applier.apply_shard_by(shard, deadline.min(crate::env::now() + self.opts.wal.apply_budget)).await?;
             self.record_apply(&shard.partition(), &outcome, started);
             if !self.wal.is_pending(shard, id).await? {
                 return match self.wal.dead_reason(id).await? {
@@ -411,13 +413,13 @@ impl Catalog {
                     }
                 };
             }
-            if Instant::now() >= deadline {
+            if crate::env::now() >= deadline {
                 return Err(Error::Timeout(format!(
                     "write {id} is durable but was not applied within {:?}; it will be applied",
                     self.opts.wait_timeout
                 )));
             }
-            tokio::time::sleep(delay).await;
+            crate::env::sleep(delay).await;
             delay = (delay * 2).min(Duration::from_millis(200));
         }
     }
@@ -463,7 +465,7 @@ impl Catalog {
         continuation: Option<&str>,
     ) -> Result<ResultPage> {
         let schema = self.lookup_schema(filter).await?;
-        let deadline = Instant::now() + self.opts.consistent_timeout;
+        let deadline = crate::env::now() + self.opts.consistent_timeout;
         match self.applier.catch_up(deadline).await? {
             CaughtUp::Yes => self.query_under(&schema, filter, limit, continuation).await,
             CaughtUp::Backlog { pending } => Err(Error::Busy {
@@ -576,7 +578,7 @@ impl Catalog {
     /// Applies every pending entry of every shard now (the `recover` of the product
     /// description).
     pub async fn recover(&self) -> Result<DrainOutcome> {
-        let started = Instant::now();
+        let started = crate::env::now();
         let outcome = self.applier.apply_all().await?;
         self.record_apply("all", &outcome, started);
         Ok(outcome)
@@ -683,7 +685,7 @@ impl Catalog {
                 }
             }
         };
-        let started = Instant::now();
+        let started = crate::env::now();
         let outcome = self.applier.apply_shard(shard).await?;
         self.record_apply(&shard.partition(), &outcome, started);
         if let DrainOutcome::Partial { .. } = outcome {

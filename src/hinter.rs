@@ -118,7 +118,7 @@ impl Hinter {
             };
             futures::future::join_all(next.iter().map(|(shard, id)| self.send(*shard, id))).await;
             self.sent.notify_one();
-            tokio::time::sleep(gap_for(self.share.get())).await;
+            crate::env::sleep(gap_for(self.share.get())).await;
         }
     }
 

@@ -14,7 +14,7 @@
 use std::fs::File;
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
-use std::time::Instant;
+use crate::env::Instant;
 
 use serde::Serialize;
 use serde_json::{Map, Number, Value as Json};
@@ -426,7 +426,7 @@ pub struct Importer<'a> {
 impl<'a> Importer<'a> {
     /// An importer into `catalog`; its clock for [`Summary::seconds`] starts now.
     pub fn new(catalog: &'a Catalog) -> Self {
-        Importer { catalog, summary: Summary::default(), started: Instant::now() }
+        Importer { catalog, summary: Summary::default(), started: crate::env::now() }
     }
 
     /// Logs one batch (one WAL append). Returns the number of rows done so far, rejected ones

@@ -2,6 +2,7 @@
 //! write-ahead log.
 #![warn(missing_docs)]
 
+pub mod env;
 pub mod error;
 pub mod functions;
 pub mod hashed;

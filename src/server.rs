@@ -109,8 +109,10 @@ pub async fn run_scan_worker(catalog: Arc<Catalog>, opts: ServeOptions, stop: wa
 pub async fn run_sweeper(catalog: Arc<Catalog>, interval: Duration, mut stop: watch::Receiver<bool>) {
     loop {
         tokio::select! {
+            // In order, not at random: one seed, one execution (src/env.rs).
+            biased;
             _ = stop.changed() => return,
-            _ = tokio::time::sleep(interval) => {}
+            _ = crate::env::sleep(interval) => {}
         }
         match catalog.sweep().await {
             Ok(r) => tracing::info!(
@@ -225,7 +227,7 @@ mod tests {
         catalog.store().put_message(&names.queue, &hint(shard_b, &id_b), Duration::ZERO).await.unwrap();
         let b_applied = async {
             while catalog.wal().is_pending(shard_b, &id_b).await.unwrap() {
-                tokio::time::sleep(Duration::from_millis(20)).await;
+                crate::env::sleep(Duration::from_millis(20)).await;
             }
         };
         tokio::time::timeout(DEADLINE, b_applied)
@@ -236,7 +238,7 @@ mod tests {
         hold.open.send_replace(true);
         let a_applied = async {
             while catalog.wal().is_pending(shard_a, &id_a).await.unwrap() {
-                tokio::time::sleep(Duration::from_millis(20)).await;
+                crate::env::sleep(Duration::from_millis(20)).await;
             }
         };
         tokio::time::timeout(DEADLINE, a_applied).await.expect("shard A was not applied once released");

@@ -958,7 +958,7 @@ fn check_history(
     for (rk, identity) in identities {
         let rows = by_identity.get(rk.as_str()).map(Vec::as_slice).unwrap_or_default();
         for h in rows {
-            if table_catalog::wal::WalId::parse(&h.wal_id).is_none_or(|id| hist::row_key(&id) != h.row_key) {
+            if table_catalog::wal::WalId::parse_effective(&h.wal_id).is_none_or(|id| hist::row_key(&id) != h.row_key) {
                 out.push(format!("history of {rk}: row {} does not match its WAL id {}", h.row_key, h.wal_id));
             }
         }

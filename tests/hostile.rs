@@ -1942,7 +1942,7 @@ async fn acknowledged_means_stored(h: &mut Harness, ctx: &str, r: &Value) {
 /// not checked against the 32,768-unit property limit (only top-level strings are). Azure
 /// refuses the row when it is applied, so the entry goes dead after a 201.
 #[tokio::test]
-async fn regression_nested_value_over_the_property_limit_is_acknowledged_then_lost() {
+async fn regression_a_nested_value_over_the_property_limit_is_stored_once_acknowledged() {
     for backend in backends() {
         let mut h = Harness::new(backend).await;
         let r = json!({"icao": "KNEST", "name": "nested", "obj": {"a": "x".repeat(30_000), "b": "y".repeat(30_000)}});
@@ -1973,7 +1973,7 @@ async fn regression_many_long_named_json_fields_overflow_the_system_property() {
 /// record one level deeper (`{"op":..,"record":{..}}`), past serde_json's recursion limit of
 /// 128; the entry cannot be read back and is buried as dead after a 201.
 #[tokio::test]
-async fn regression_deeply_nested_record_is_acknowledged_then_lost() {
+async fn regression_a_deeply_nested_record_is_stored_once_acknowledged() {
     for backend in backends() {
         let mut h = Harness::new(backend).await;
         for depth in [120usize, 126] {

@@ -40,7 +40,9 @@
 //! barrier) takes the shard over.
 
 use std::collections::BTreeSet;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use crate::env::Instant;
 
 use futures::future::BoxFuture;
 
@@ -189,7 +191,7 @@ impl Applier {
             tracing::debug!(wal_id = %id, behind = behind.len(), "filter entry waits for the barrier");
             let passes = behind.iter().map(|s| self.run_shard(*s, deadline, true));
             let outcomes = futures::future::try_join_all(passes).await?;
-            if Instant::now() >= deadline {
+            if crate::env::now() >= deadline {
                 return Ok(Passed::NotYet);
             }
             if !self.wal.keep_lease(lease).await? {
@@ -200,8 +202,8 @@ impl Applier {
             if behind.is_empty()
                 || outcomes.iter().any(|o| matches!(o, DrainOutcome::Busy | DrainOutcome::Partial { .. }))
             {
-                let left = deadline.saturating_duration_since(Instant::now());
-                tokio::time::sleep(delay.min(left)).await;
+                let left = deadline.saturating_duration_since(crate::env::now());
+                crate::env::sleep(delay.min(left)).await;
                 delay = (delay * 2).min(Duration::from_millis(200));
             }
         }

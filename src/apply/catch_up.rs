@@ -20,7 +20,9 @@
 //! past the deadline, it gives up ([`CaughtUp::Backlog`] / [`CaughtUp::NotYet`]), and the
 //! caller answers 503 with `Retry-After` rather than serve a stale read labelled consistent.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use crate::env::Instant;
 
 use super::Applier;
 use crate::error::Result;
@@ -63,12 +65,12 @@ impl Applier {
                 Err(e) if e.is_transient() => {}
                 Err(e) => return Err(e),
             }
-            if Instant::now() >= deadline {
+            if crate::env::now() >= deadline {
                 return Ok(CaughtUp::NotYet);
             }
             // Another applier holds a lagging shard (it is applying it), or storage failed
             // for a moment: look again shortly.
-            tokio::time::sleep(delay.min(deadline.saturating_duration_since(Instant::now()))).await;
+            crate::env::sleep(delay.min(deadline.saturating_duration_since(crate::env::now()))).await;
             delay = (delay * 2).min(Duration::from_millis(100));
         }
     }

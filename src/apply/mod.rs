@@ -32,7 +32,7 @@ mod stamp;
 pub mod sweep;
 
 use std::sync::Arc;
-use std::time::Instant;
+use crate::env::Instant;
 
 use futures::future::BoxFuture;
 use futures::StreamExt;
@@ -161,7 +161,7 @@ impl Applier {
             existence: row_cache::Existence::default(),
             history: None,
             scan_queue: None,
-            schema_read: std::sync::Mutex::new(Instant::now()),
+            schema_read: std::sync::Mutex::new(crate::env::now()),
         }
     }
 
@@ -211,7 +211,7 @@ impl Applier {
     /// Makes the stored schema row `stored` the one in force, unless this process already
     /// has a newer version. Errors when the row is not one this process can use.
     pub(crate) fn adopt(&self, stored: &Entity) -> Result<()> {
-        *self.schema_read.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
+        *self.schema_read.lock().unwrap_or_else(|p| p.into_inner()) = crate::env::now();
         let parsed = schema_row::StoredSchema::of(stored);
         let schema = parsed.apply_to(self.base.clone())?;
         let mut current = self.schema.write().unwrap_or_else(|p| p.into_inner());
@@ -283,7 +283,7 @@ impl Applier {
     /// Applies every pending entry of every shard, shards in parallel; each stops at a page
     /// boundary after [`WalOptions::apply_budget`].
     pub async fn apply_all(&self) -> Result<DrainOutcome> {
-        let deadline = Instant::now() + self.opts.apply_budget;
+        let deadline = crate::env::now() + self.opts.apply_budget;
         let count = self.wal.current_shard_count().await?;
         let outcomes =
             futures::future::try_join_all(ShardId::all(count).map(|s| self.apply_shard_by(s, deadline))).await?;
@@ -293,7 +293,7 @@ impl Applier {
     /// Applies every pending entry of `shard`, unless another applier holds its lease; stops
     /// at a page boundary after [`WalOptions::apply_budget`].
     pub async fn apply_shard(&self, shard: ShardId) -> Result<DrainOutcome> {
-        self.apply_shard_by(shard, Instant::now() + self.opts.apply_budget).await
+        self.apply_shard_by(shard, crate::env::now() + self.opts.apply_budget).await
     }
 
     /// Like [`Applier::apply_shard`], but stops at the first page boundary past `deadline`
@@ -380,7 +380,7 @@ impl Applier {
                 Flow::LeaseLost => return Ok(None),
                 Flow::Restart => pages = self.prefetch_pending(lease.shard()),
             }
-            if Instant::now() >= deadline {
+            if crate::env::now() >= deadline {
                 return Ok(Some((applied, true)));
             }
         }

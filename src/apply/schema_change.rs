@@ -24,7 +24,9 @@
 //! the next pass retries); once it has passed, the job is started under an id derived from
 //! the entry's WAL id, so applying the entry again starts nothing new.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use crate::env::Instant;
 
 use futures::future::BoxFuture;
 
@@ -79,14 +81,14 @@ impl Applier {
                 return Ok(Passed::Yes { cleared: None });
             }
             tracing::debug!(version, behind, "schema change waits for appliers to adopt it");
-            if Instant::now() >= deadline {
+            if crate::env::now() >= deadline {
                 return Ok(Passed::NotYet);
             }
             if !self.wal.keep_lease(lease).await? {
                 return Ok(Passed::LeaseLost);
             }
-            let left = deadline.saturating_duration_since(Instant::now());
-            tokio::time::sleep(delay.min(left)).await;
+            let left = deadline.saturating_duration_since(crate::env::now());
+            crate::env::sleep(delay.min(left)).await;
             delay = (delay * 2).min(Duration::from_millis(500));
         }
     }

@@ -3,7 +3,8 @@
 use std::path::Path;
 use std::process::ExitCode;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
 
 use anyhow::{bail, Context, Result};
 use futures::StreamExt;
@@ -230,7 +231,7 @@ async fn import_file(
     no_apply: bool,
     mut acks: Acks,
 ) -> Result<import::Summary> {
-    let started = Instant::now();
+    let started = table_catalog::env::now();
     let format = format.unwrap_or_else(|| Format::from_path(file));
     let mut rows = import::RowStream::open(file, format, &catalog.schema());
     let bar = ProgressBar::new_spinner();
@@ -272,16 +273,16 @@ async fn import_file(
     let summary = summary?;
     let mut applied_note = "logged; apply pending (run `serve` or `recover`)".to_string();
     if !no_apply {
-        let deadline = Instant::now() + Duration::from_secs(600);
+        let deadline = table_catalog::env::now() + Duration::from_secs(600);
         loop {
             catalog.recover().await?;
             if catalog.status().await?.pending == 0 {
                 break;
             }
-            if Instant::now() > deadline {
+            if table_catalog::env::now() > deadline {
                 bail!("the WAL did not drain within 10 minutes; another applier may be stuck (see `status`)");
             }
-            tokio::time::sleep(Duration::from_millis(200)).await;
+            table_catalog::env::sleep(Duration::from_millis(200)).await;
         }
         applied_note = "applied to every index".to_string();
     }

@@ -84,7 +84,7 @@ async fn wait_applied(catalog: &Catalog, change: &IndexChange) -> Result<()> {
             Ok(_) => return Ok(()),
             Err(table_catalog::Error::Timeout(_)) => {
                 eprintln!("waiting for every applier to use schema version {} ...", change.version);
-                tokio::time::sleep(Duration::from_millis(500)).await;
+                table_catalog::env::sleep(Duration::from_millis(500)).await;
             }
             Err(e) => return Err(e.into()),
         }

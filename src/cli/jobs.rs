@@ -121,7 +121,7 @@ pub(super) async fn follow(catalog: &Arc<Catalog>, jobs: &Jobs, id: &JobId, para
             .unwrap_or_else(|_| ProgressStyle::default_spinner()),
     );
     bar.enable_steady_tick(Duration::from_millis(200));
-    let started = std::time::Instant::now();
+    let started = table_catalog::env::now();
     let job = loop {
         let job = jobs.get(id).await?;
         let rows = job.counters.get("rows").copied().unwrap_or(0);
@@ -139,7 +139,7 @@ pub(super) async fn follow(catalog: &Arc<Catalog>, jobs: &Jobs, id: &JobId, para
         if job.state.is_final() {
             break job;
         }
-        tokio::time::sleep(Duration::from_millis(500)).await;
+        table_catalog::env::sleep(Duration::from_millis(500)).await;
     };
     bar.finish_and_clear();
     let _ = stop_tx.send(true);

@@ -62,6 +62,8 @@ pub(super) async fn run(dispatcher: Arc<Dispatcher>, opts: WorkerOptions, mut st
             }
         };
         tokio::select! {
+            // In order, not at random: one seed, one execution (src/env.rs).
+            biased;
             changed = stop.changed() => {
                 if changed.is_err() {
                     // The sender is gone: nobody can stop us any more, so stop now.
@@ -72,7 +74,7 @@ pub(super) async fn run(dispatcher: Arc<Dispatcher>, opts: WorkerOptions, mut st
             // Full: wait for a slot.
             Some(_) = in_flight.join_next(), if room == 0 => {}
             _ = wake, if room > 0 => idle = Duration::from_millis(20),
-            _ = tokio::time::sleep(idle), if room > 0 => idle = (idle * 2).min(max_idle),
+            _ = crate::env::sleep(idle), if room > 0 => idle = (idle * 2).min(max_idle),
         }
     }
 }

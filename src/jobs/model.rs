@@ -17,7 +17,7 @@ pub struct JobId(String);
 impl JobId {
     /// A new id, for now.
     pub fn new() -> JobId {
-        let random = uuid::Uuid::new_v4().simple().to_string();
+        let random = crate::env::uuid().simple().to_string();
         JobId(format!("{:019}-{}", i64::MAX - now_micros(), &random[..8]))
     }
 
@@ -188,7 +188,7 @@ pub struct Job {
 
 /// Now, as RFC 3339 (UTC, seconds).
 pub(crate) fn now_rfc3339() -> String {
-    let now = time::OffsetDateTime::now_utc().replace_nanosecond(0).unwrap_or_else(|_| time::OffsetDateTime::now_utc());
+    let now = crate::env::now_utc().replace_nanosecond(0).unwrap_or_else(|_| crate::env::now_utc());
     now.format(&time::format_description::well_known::Rfc3339).unwrap_or_default()
 }
 

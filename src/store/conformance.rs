@@ -14,12 +14,12 @@ use super::{pager, BatchOp, Entity, IfMatch, PartitionRange, RowRange, Store, St
 
 /// A unique table name (alphanumeric, starts with a letter).
 pub fn unique_table(prefix: &str) -> String {
-    format!("{prefix}{}", &uuid::Uuid::new_v4().simple().to_string()[..12])
+    format!("{prefix}{}", &crate::env::uuid().simple().to_string()[..12])
 }
 
 /// A unique queue name (lowercase, dashes).
 pub fn unique_queue(prefix: &str) -> String {
-    format!("{prefix}-{}", &uuid::Uuid::new_v4().simple().to_string()[..12])
+    format!("{prefix}-{}", &crate::env::uuid().simple().to_string()[..12])
 }
 
 /// Key strings that are legal in Azure but hard to carry through URLs and OData filters.
@@ -552,7 +552,7 @@ pub async fn queue_visibility_and_receipts(store: &dyn Store) {
     let first = store.receive_messages(&q, 1, Duration::from_secs(1)).await.unwrap().remove(0);
     let mut second = Vec::new();
     for _ in 0..40 {
-        tokio::time::sleep(Duration::from_millis(250)).await;
+        crate::env::sleep(Duration::from_millis(250)).await;
         second = store.receive_messages(&q, 1, Duration::from_secs(30)).await.unwrap();
         if !second.is_empty() {
             break;

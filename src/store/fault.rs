@@ -224,7 +224,7 @@ impl FaultStore {
                 Err(e)
             }
             Some(Fault::Delay(d)) => {
-                tokio::time::sleep(d).await;
+                crate::env::sleep(d).await;
                 call.await
             }
             Some(Fault::Hold(gate)) => {

@@ -30,7 +30,9 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use crate::env::Instant;
 
 use rand::{Rng, SeedableRng};
 use serde::Serialize;
@@ -221,7 +223,7 @@ impl std::fmt::Debug for SimAzure {
 impl SimAzure {
     /// A simulated account with these settings.
     pub fn new(opts: SimOptions) -> SimAzure {
-        let now = Instant::now();
+        let now = crate::env::now();
         let burst = opts.burst.as_secs_f64();
         let buckets = Buckets {
             partitions: HashMap::new(),
@@ -317,7 +319,7 @@ impl SimAzure {
         if returned <= 1 {
             return;
         }
-        let now = Instant::now();
+        let now = crate::env::now();
         if let Ok(mut b) = self.buckets.lock() {
             if let Some(bucket) = b.partitions.get_mut(&(call.target.to_string(), pk.to_string())) {
                 bucket.charge((returned - 1) as f64, now);
@@ -330,9 +332,9 @@ impl SimAzure {
         T: Returned,
         Fut: Future<Output = StoreResult<T>>,
     {
-        tokio::time::sleep(self.latency(call.op)).await;
+        crate::env::sleep(self.latency(call.op)).await;
         self.requests.fetch_add(1, Ordering::Relaxed);
-        if let Err(busy) = self.admit(&call, Instant::now()) {
+        if let Err(busy) = self.admit(&call, crate::env::now()) {
             if let (Busy::Partition, Some(pk), Ok(mut map)) =
                 (&busy, call.partition_key, self.throttled_by_partition.lock())
             {
@@ -444,7 +446,7 @@ mod tests {
 
     #[test]
     fn token_bucket_admits_its_rate_and_refuses_beyond() {
-        let t0 = Instant::now();
+        let t0 = crate::env::now();
         let ms = |n: u64| t0 + Duration::from_millis(n);
         // 2,000/s with a 100 ms burst: 200 tokens.
         let mut b = TokenBucket::new(2000.0, 200.0, t0);

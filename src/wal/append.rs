@@ -198,7 +198,7 @@ impl Appender {
     /// ([`Clock::publish`]) before acknowledging anything logged under these ids.
     fn ids_above(&self, high: i64, n: usize) -> (Vec<WalId>, i64) {
         let start = self.clock.reserve(high, n);
-        let ids = (0..n as i64).map(|i| WalId::new(start + i, uuid::Uuid::new_v4())).collect();
+        let ids = (0..n as i64).map(|i| WalId::new(start + i, crate::env::uuid())).collect();
         (ids, start + n as i64 - 1)
     }
 

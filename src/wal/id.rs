@@ -50,6 +50,13 @@ impl WalId {
         self.0.contains(STAMP)
     }
 
+    /// Parses and checks an effective id: a WAL id, or a stamped one ([`WalId::stamped`]),
+    /// as history rows and catalog rows carry them.
+    pub fn parse_effective(s: &str) -> Option<WalId> {
+        s.split(STAMP).try_for_each(|part| WalId::parse(part).map(drop))?;
+        Some(WalId(s.to_string()))
+    }
+
     /// Wraps a string read from storage without checking it.
     pub fn from_stored(s: String) -> WalId {
         WalId(s)
@@ -89,9 +96,9 @@ pub fn parse_micros(ts: &str) -> Option<i64> {
     Some((t.unix_timestamp_nanos() / 1000) as i64)
 }
 
-/// Now, in µs since the Unix epoch.
+/// Now, in µs since the Unix epoch ([`crate::env::now_micros`]).
 pub fn now_micros() -> i64 {
-    (OffsetDateTime::now_utc().unix_timestamp_nanos() / 1000) as i64
+    crate::env::now_micros()
 }
 
 #[cfg(test)]
@@ -108,6 +115,9 @@ mod tests {
         assert!(a < nested && nested < b);
         assert_eq!(a.micros(), Some(2_000));
         assert!(a.is_stamped() && !seal.is_stamped());
+        assert_eq!(super::WalId::parse_effective(nested.as_str()), Some(nested.clone()));
+        assert_eq!(super::WalId::parse(nested.as_str()), None, "an API path names a position, never a stamp");
+        assert_eq!(super::WalId::parse_effective("x+y"), None);
     }
     use super::*;
 

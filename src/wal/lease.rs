@@ -16,7 +16,9 @@
 //! undo newer work. The holder stops writing once its lease is past 3/4 of its duration by
 //! its own monotonic clock and cannot be renewed.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use crate::env::Instant;
 
 use super::{ShardId, Wal, METADATA};
 use crate::error::Result;
@@ -137,7 +139,7 @@ impl Wal {
     /// holds it.
     pub async fn acquire_lease(&self, shard: ShardId) -> Result<Option<Lease>> {
         let dur = self.opts.lease_duration;
-        let started = Instant::now();
+        let started = crate::env::now();
         let cur = self.store.get(&self.table, METADATA, &shard.lease_row()).await?;
         let wanted = cur.as_ref().map_or(0, |c| {
             let row = LeaseRow::of(c);
@@ -167,7 +169,7 @@ impl Wal {
 
     /// Extends a held lease. `Ok(false)` when it was lost to another applier.
     pub async fn renew_lease(&self, lease: &mut Lease) -> Result<bool> {
-        let started = Instant::now();
+        let started = crate::env::now();
         let want = self.lease_entity(lease.shard, wall_ms() + lease.duration.as_millis() as i64, lease.wanted);
         match self.store.replace(&self.table, &want, &IfMatch::Etag(lease.etag.clone())).await {
             Ok(etag) => {

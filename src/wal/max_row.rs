@@ -36,7 +36,7 @@ pub(crate) async fn raise(
     prop: &str,
     value: &str,
 ) -> Result<()> {
-    use backon::{ExponentialBuilder, Retryable};
+    use backon::Retryable;
     let attempt = || async {
         let cur = store.get(table, partition_key, row_key).await?;
         let e = Entity::new(partition_key, row_key).with(prop, Value::String(value.to_string()));
@@ -50,10 +50,6 @@ pub(crate) async fn raise(
         };
         r.map(|_| ())
     };
-    let backoff = ExponentialBuilder::default()
-        .with_min_delay(Duration::from_millis(2))
-        .with_max_delay(Duration::from_millis(200))
-        .with_max_times(10)
-        .with_jitter();
-    Ok(attempt.retry(backoff).when(is_conflict).await?)
+    let backoff = crate::env::backoff(Duration::from_millis(2), Duration::from_millis(200), 10);
+    Ok(attempt.retry(backoff).sleep(crate::env::sleep).when(is_conflict).await?)
 }

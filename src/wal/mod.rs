@@ -145,7 +145,7 @@ fn pending_range() -> RowRange {
 impl Wal {
     /// A WAL in `table`. Call [`Wal::init`] before use.
     pub fn new(store: Arc<dyn Store>, table: String, opts: WalOptions) -> Wal {
-        let owner = uuid::Uuid::new_v4().to_string();
+        let owner = crate::env::uuid().to_string();
         let clock = clock::Clock::new(&owner, opts.clock_skew_us);
         let appender = append::Appender::new(store.clone(), table.clone(), clock);
         let shards = AtomicU16::new(opts.shards.clamp(1, shard::MAX_SHARDS));

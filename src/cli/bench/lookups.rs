@@ -2,7 +2,8 @@
 //! running server. Numbers go to docs/BENCHMARKS.md; nothing here asserts on time.
 
 use std::path::PathBuf;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
@@ -60,14 +61,14 @@ pub async fn run(args: LookupArgs) -> Result<()> {
     values.shuffle(&mut rng);
     let client = reqwest::Client::new();
     let targets: Vec<String> = (0..args.requests).map(|i| values[i % values.len()].clone()).collect();
-    let started = Instant::now();
+    let started = table_catalog::env::now();
     let results: Vec<Result<(Duration, bool)>> = futures::stream::iter(targets)
         .map(|v| {
             let client = client.clone();
             let url = format!("{}/api/records", args.url.trim_end_matches('/'));
             let field = args.field.clone();
             async move {
-                let t = Instant::now();
+                let t = table_catalog::env::now();
                 let resp = client.get(&url).query(&[(field.as_str(), v.as_str())]).send().await.context("request")?;
                 let status = resp.status();
                 let body: serde_json::Value = resp.json().await.context("response body")?;

@@ -50,8 +50,8 @@ fn if_match_value(m: &IfMatch) -> &str {
 /// Builds the body of an entity group transaction. Fails with `InvalidInput` when it would
 /// exceed [`MAX_BATCH_BYTES`]. The caller has run `validate_batch` already.
 pub(crate) fn build(base: &Url, table: &str, partition_key: &str, ops: &[BatchOp]) -> StoreResult<BatchBody> {
-    let batch = format!("batch_{}", uuid::Uuid::new_v4());
-    let changeset = format!("changeset_{}", uuid::Uuid::new_v4());
+    let batch = format!("batch_{}", crate::env::uuid());
+    let changeset = format!("changeset_{}", crate::env::uuid());
     let mut body = String::new();
     body.push_str(&format!("--{batch}\r\nContent-Type: multipart/mixed; boundary={changeset}\r\n\r\n"));
     for (index, op) in ops.iter().enumerate() {

@@ -245,7 +245,7 @@ impl ManagedIdentityCredential {
                 break;
             }
             tracing::warn!(attempt, error = %last, "managed identity token request failed; retrying");
-            tokio::time::sleep(delay).await;
+            crate::env::sleep(delay).await;
             delay *= 2;
         }
         Err(identity_error(format!("managed identity ({IDENTITY_ENDPOINT}) gave no token for {resource}: {last}")))
@@ -292,7 +292,7 @@ impl TokenCredential for ManagedIdentityCredential {
         };
         let resource = scope.strip_suffix("/.default").unwrap_or(scope);
         let mut cache = self.cache.lock().await;
-        let now = OffsetDateTime::now_utc();
+        let now = crate::env::now_utc();
         if let Some(c) = cache.as_ref().filter(|c| c.resource == resource && now < c.refresh_at) {
             return Ok(c.token.clone());
         }

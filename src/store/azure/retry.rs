@@ -57,7 +57,7 @@ impl RetryPolicy {
         let full = self.initial_backoff.saturating_mul(factor).min(self.max_backoff);
         let half = full / 2;
         let spread = (full - half).as_millis() as u64;
-        let jitter = if spread == 0 { 0 } else { rand::thread_rng().gen_range(0..=spread) };
+        let jitter = if spread == 0 { 0 } else { crate::env::with_rng(|r| r.gen_range(0..=spread)) };
         half + Duration::from_millis(jitter)
     }
 
@@ -111,7 +111,7 @@ impl RetryPolicy {
                 Err(e) if e.is_transient() && n < max => {
                     tracing::debug!(operation = what, attempt = n, error = %e, "transient storage failure, retrying");
                     after_transient = true;
-                    tokio::time::sleep(self.backoff(n)).await;
+                    crate::env::sleep(self.backoff(n)).await;
                     n += 1;
                 }
                 result => return Outcome { result, after_transient },

@@ -1,8 +1,6 @@
 //! How the embedded store writes values down: entity properties as tagged JSON, ETags,
 //! continuation tokens, and the UTF-16 key order.
 
-use std::time::{SystemTime, UNIX_EPOCH};
-
 use base64::Engine as _;
 
 use super::super::{ETag, Entity, Page, Properties, StoreError, StoreResult, Value};
@@ -13,12 +11,12 @@ pub(super) use crate::keys::cmp_utf16 as utf16_cmp;
 
 /// Milliseconds since the Unix epoch (0 if the clock is before it).
 pub(super) fn now_ms() -> i64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
+    crate::env::now_micros() / 1000
 }
 
 /// A fresh opaque ETag.
 pub(super) fn new_etag() -> ETag {
-    ETag(format!("W/\"{}\"", uuid::Uuid::new_v4().simple()))
+    ETag(format!("W/\"{}\"", crate::env::uuid().simple()))
 }
 
 /// Properties as a JSON object of `[tag, value]` pairs (the tag keeps the EDM type).

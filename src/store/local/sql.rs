@@ -341,7 +341,7 @@ fn check_receipt(conn: &Connection, queue: &str, id: &str, pop_receipt: &str) ->
 /// Appends a message visible after `visible_after`; returns its id.
 pub(super) fn put_message(conn: &Connection, queue: &str, text: &str, visible_after: Duration) -> StoreResult<String> {
     require_queue(conn, queue)?;
-    let id = uuid::Uuid::new_v4().to_string();
+    let id = crate::env::uuid().to_string();
     let seq: i64 = one(conn, "SELECT COALESCE(MAX(seq), 0) + 1 FROM messages", [], |r| r.get(0))?.unwrap_or(1);
     let visible_at = now_ms() + visible_after.as_millis() as i64;
     exec(
@@ -375,7 +375,7 @@ pub(super) fn receive_messages(
     let hidden_until = now + (visibility.as_secs() as i64) * 1000;
     let mut out = Vec::with_capacity(rows.len());
     for (id, text, count) in rows {
-        let receipt = uuid::Uuid::new_v4().to_string();
+        let receipt = crate::env::uuid().to_string();
         exec(
             conn,
             "UPDATE messages SET visible_at = ?1, dequeue_count = ?2, pop_receipt = ?3 WHERE queue = ?4 AND id = ?5",
@@ -404,7 +404,7 @@ pub(super) fn release_message(
 ) -> StoreResult<String> {
     require_queue(conn, queue)?;
     check_receipt(conn, queue, id, pop_receipt)?;
-    let receipt = uuid::Uuid::new_v4().to_string();
+    let receipt = crate::env::uuid().to_string();
     let visible_at = now_ms() + visible_after.as_millis() as i64;
     exec(
         conn,

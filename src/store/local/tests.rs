@@ -239,7 +239,7 @@ async fn the_log_is_checkpointed_while_the_writer_is_busy() {
     let mut waited = Duration::ZERO;
     while std::fs::metadata(&db).unwrap().len() < before + 200 * 1000 {
         assert!(waited < Duration::from_secs(60), "no checkpoint while the writer was held ({before} bytes)");
-        tokio::time::sleep(Duration::from_millis(10)).await;
+        crate::env::sleep(Duration::from_millis(10)).await;
         waited += Duration::from_millis(10);
     }
     open.send(()).unwrap();
