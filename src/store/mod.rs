@@ -391,6 +391,49 @@ pub fn validate_batch(partition_key: &str, ops: &[BatchOp]) -> StoreResult<()> {
     Ok(())
 }
 
+/// Checks a conditional write's precondition against the entity's current ETag (`None`:
+/// the entity is absent): `NotFound` when absent, `PreconditionFailed` when `if_match` names
+/// another ETag. `what` names the operation in the message.
+pub(crate) fn check_if_match(current: Option<&str>, if_match: &IfMatch, what: &str) -> StoreResult<()> {
+    match (current, if_match) {
+        (None, _) => Err(StoreError::NotFound(format!("{what}: entity not found (ResourceNotFound)"))),
+        (Some(cur), IfMatch::Etag(ETag(want))) if cur != want => {
+            Err(StoreError::PreconditionFailed(format!("{what}: ETag changed (UpdateConditionNotSatisfied)")))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Checks a pop receipt against the message's current one: `PreconditionFailed` when the
+/// receipt is stale.
+pub(crate) fn check_pop_receipt(current: &str, pop_receipt: &str) -> StoreResult<()> {
+    if current == pop_receipt {
+        Ok(())
+    } else {
+        Err(StoreError::PreconditionFailed("pop receipt does not match (PopReceiptMismatch)".into()))
+    }
+}
+
+/// The error for a message that is gone (deleted, or never there: MessageNotFound).
+pub(crate) fn message_not_found(id: &str) -> StoreError {
+    StoreError::NotFound(format!("message {id} not found (MessageNotFound)"))
+}
+
+/// The error for an operation on a table that does not exist (TableNotFound).
+pub(crate) fn table_not_found(table: &str) -> StoreError {
+    StoreError::NotFound(format!("table '{table}' does not exist (TableNotFound)"))
+}
+
+/// The error for an operation on a queue that does not exist (QueueNotFound).
+pub(crate) fn queue_not_found(queue: &str) -> StoreError {
+    StoreError::NotFound(format!("queue '{queue}' does not exist (QueueNotFound)"))
+}
+
+/// The error for an insert that found the entity already there (EntityAlreadyExists).
+pub(crate) fn already_exists() -> StoreError {
+    StoreError::AlreadyExists("insert: the entity already exists (EntityAlreadyExists)".into())
+}
+
 /// Checks queue-message rules before I/O.
 pub fn validate_message(text: &str, visible_after: Duration) -> StoreResult<()> {
     if text.len() > MAX_MESSAGE_BYTES {
