@@ -162,12 +162,14 @@ pub struct RowRange {
 }
 
 impl RowRange {
-    /// True when `row_key` lies inside every bound.
+    /// True when `row_key` lies inside every bound, comparing UTF-16 code units as the
+    /// service does (see [`PartitionRange`]).
     pub fn contains(&self, row_key: &str) -> bool {
-        self.from.as_deref().is_none_or(|f| row_key >= f)
-            && self.after.as_deref().is_none_or(|a| row_key > a)
-            && self.before.as_deref().is_none_or(|b| row_key < b)
-            && self.to.as_deref().is_none_or(|t| row_key <= t)
+        use crate::keys::cmp_utf16;
+        self.from.as_deref().is_none_or(|f| cmp_utf16(row_key, f).is_ge())
+            && self.after.as_deref().is_none_or(|a| cmp_utf16(row_key, a).is_gt())
+            && self.before.as_deref().is_none_or(|b| cmp_utf16(row_key, b).is_lt())
+            && self.to.as_deref().is_none_or(|t| cmp_utf16(row_key, t).is_le())
     }
 }
 
@@ -490,5 +492,20 @@ pub fn check_queue_name(queue: &str) -> StoreResult<()> {
         Err(StoreError::InvalidInput(format!(
             "queue name {queue:?} is invalid: 3-63 lowercase letters, digits and single dashes"
         )))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::RowRange;
+
+    #[test]
+    fn row_range_compares_utf16_code_units() {
+        // By code points (Rust's `str` order) U+E000 < U+1F600; by UTF-16 code units the
+        // emoji's high surrogate U+D83D sorts first, as the service orders keys.
+        let below_e000 = RowRange { before: Some("\u{e000}".into()), ..RowRange::default() };
+        assert!(below_e000.contains("😀"));
+        let above_emoji = RowRange { after: Some("😀".into()), to: Some("\u{ffff}".into()), ..RowRange::default() };
+        assert!(above_emoji.contains("\u{e000}") && !above_emoji.contains("😀") && !above_emoji.contains("z"));
     }
 }
