@@ -3,7 +3,8 @@
 //! Two backends implement it: [`local`] (embedded SQLite, the default) and [`azure`]
 //! (Azure Storage through `azure_data_tables` / `azure_storage_queues`). Both must behave
 //! identically; the conformance suite in [`conformance`] is the judge, and any difference it
-//! finds is a bug in `local`.
+//! finds is a bug in `local`. A third, [`mem`] (in memory, deterministic), serves the
+//! simulator and fast tests and passes the same suite.
 //!
 //! Semantics follow the Azure Table service REST API
 //! (learn.microsoft.com/rest/api/storageservices/, "Understanding the Table service data model",
@@ -24,6 +25,7 @@ pub mod counting;
 pub mod fault;
 pub mod layer;
 pub mod local;
+pub mod mem;
 pub mod op;
 pub mod pager;
 pub mod sim;
