@@ -26,3 +26,10 @@ async fn local_file_store_with_full_durability_passes_the_conformance_suite() {
 async fn mem_store_passes_the_conformance_suite() {
     conformance::run_all(&MemStore::new()).await;
 }
+
+/// As the simulator runs it: one thread, tokio's clock paused (the visibility case's sleeps
+/// advance it instantly).
+#[tokio::test(start_paused = true)]
+async fn mem_store_passes_the_conformance_suite_with_paused_time() {
+    conformance::run_all(&MemStore::new()).await;
+}
