@@ -402,8 +402,10 @@ impl Catalog {
         let mut delay = Duration::from_millis(5);
         loop {
             let started = crate::env::now();
-            let outcome =
-                self.applier.apply_shard_by(shard, deadline.min(crate::env::now() + self.opts.wal.apply_budget)).await?;
+            let outcome = self
+                .applier
+                .apply_shard_by(shard, deadline.min(crate::env::now() + self.opts.wal.apply_budget))
+                .await?;
             self.record_apply(&shard.partition(), &outcome, started);
             if !self.wal.is_pending(shard, id).await? {
                 return match self.wal.dead_reason(id).await? {

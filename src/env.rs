@@ -48,9 +48,8 @@ pub fn now() -> Instant {
 
 /// Now, wall clock, in µs since the Unix epoch.
 pub fn now_micros() -> i64 {
-    let simulated = SIMULATION.with(|s| {
-        s.borrow().as_ref().map(|sim| sim.wall_start_us + sim.start.elapsed().as_micros() as i64)
-    });
+    let simulated =
+        SIMULATION.with(|s| s.borrow().as_ref().map(|sim| sim.wall_start_us + sim.start.elapsed().as_micros() as i64));
     simulated.unwrap_or_else(|| (time::OffsetDateTime::now_utc().unix_timestamp_nanos() / 1000) as i64)
 }
 

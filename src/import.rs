@@ -11,10 +11,10 @@
 //! memory. A CSV file is read twice (once to find its numeric columns, once for the records);
 //! a JSON line longer than [`MAX_LINE_BYTES`] is rejected as a row without being held whole.
 
+use crate::env::Instant;
 use std::fs::File;
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
-use crate::env::Instant;
 
 use serde::Serialize;
 use serde_json::{Map, Number, Value as Json};

@@ -213,7 +213,8 @@ async fn frozen_shard(backend: common::Backend, thaw: bool) {
 
     // Y applies shard 0 for a second: the delete waits for shard 3 (held by X) and stays
     // pending; nothing it would delete is gone.
-    let out = y.applier().apply_shard_by(ShardId::ZERO, table_catalog::env::now() + Duration::from_secs(1)).await.unwrap();
+    let out =
+        y.applier().apply_shard_by(ShardId::ZERO, table_catalog::env::now() + Duration::from_secs(1)).await.unwrap();
     assert!(matches!(out, DrainOutcome::Partial { .. }), "{label}: shard 0 stops at the barrier: {out:?}");
     assert!(y.wal().is_pending(ShardId::ZERO, &id(&del)).await.unwrap(), "{label}: the delete is still pending");
     assert!(y.wal().is_pending(ShardId::new(3).unwrap(), &id(&up)).await.unwrap(), "{label}: C is still pending");

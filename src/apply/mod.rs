@@ -31,8 +31,8 @@ pub mod schema_change;
 mod stamp;
 pub mod sweep;
 
-use std::sync::Arc;
 use crate::env::Instant;
+use std::sync::Arc;
 
 use futures::future::BoxFuture;
 use futures::StreamExt;

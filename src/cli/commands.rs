@@ -5,7 +5,6 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
-
 use anyhow::{bail, Context, Result};
 use futures::StreamExt;
 use indicatif::{ProgressBar, ProgressStyle};

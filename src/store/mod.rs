@@ -3,7 +3,8 @@
 //! Two backends implement it: [`local`] (embedded SQLite, the default) and [`azure`]
 //! (Azure Storage through `azure_data_tables` / `azure_storage_queues`). Both must behave
 //! identically; the conformance suite in [`conformance`] is the judge, and any difference it
-//! finds is a bug in `local`.
+//! finds is a bug in `local`. A third, [`mem`] (in memory, deterministic), serves the
+//! simulator and fast tests and passes the same suite.
 //!
 //! Semantics follow the Azure Table service REST API
 //! (learn.microsoft.com/rest/api/storageservices/, "Understanding the Table service data model",
@@ -24,6 +25,7 @@ pub mod counting;
 pub mod fault;
 pub mod layer;
 pub mod local;
+pub mod mem;
 pub mod op;
 pub mod pager;
 pub mod sim;
@@ -162,12 +164,14 @@ pub struct RowRange {
 }
 
 impl RowRange {
-    /// True when `row_key` lies inside every bound.
+    /// True when `row_key` lies inside every bound, comparing UTF-16 code units as the
+    /// service does (see [`PartitionRange`]).
     pub fn contains(&self, row_key: &str) -> bool {
-        self.from.as_deref().is_none_or(|f| row_key >= f)
-            && self.after.as_deref().is_none_or(|a| row_key > a)
-            && self.before.as_deref().is_none_or(|b| row_key < b)
-            && self.to.as_deref().is_none_or(|t| row_key <= t)
+        use crate::keys::cmp_utf16;
+        self.from.as_deref().is_none_or(|f| cmp_utf16(row_key, f).is_ge())
+            && self.after.as_deref().is_none_or(|a| cmp_utf16(row_key, a).is_gt())
+            && self.before.as_deref().is_none_or(|b| cmp_utf16(row_key, b).is_lt())
+            && self.to.as_deref().is_none_or(|t| cmp_utf16(row_key, t).is_le())
     }
 }
 
@@ -391,6 +395,49 @@ pub fn validate_batch(partition_key: &str, ops: &[BatchOp]) -> StoreResult<()> {
     Ok(())
 }
 
+/// Checks a conditional write's precondition against the entity's current ETag (`None`:
+/// the entity is absent): `NotFound` when absent, `PreconditionFailed` when `if_match` names
+/// another ETag. `what` names the operation in the message.
+pub(crate) fn check_if_match(current: Option<&str>, if_match: &IfMatch, what: &str) -> StoreResult<()> {
+    match (current, if_match) {
+        (None, _) => Err(StoreError::NotFound(format!("{what}: entity not found (ResourceNotFound)"))),
+        (Some(cur), IfMatch::Etag(ETag(want))) if cur != want => {
+            Err(StoreError::PreconditionFailed(format!("{what}: ETag changed (UpdateConditionNotSatisfied)")))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Checks a pop receipt against the message's current one: `PreconditionFailed` when the
+/// receipt is stale.
+pub(crate) fn check_pop_receipt(current: &str, pop_receipt: &str) -> StoreResult<()> {
+    if current == pop_receipt {
+        Ok(())
+    } else {
+        Err(StoreError::PreconditionFailed("pop receipt does not match (PopReceiptMismatch)".into()))
+    }
+}
+
+/// The error for a message that is gone (deleted, or never there: MessageNotFound).
+pub(crate) fn message_not_found(id: &str) -> StoreError {
+    StoreError::NotFound(format!("message {id} not found (MessageNotFound)"))
+}
+
+/// The error for an operation on a table that does not exist (TableNotFound).
+pub(crate) fn table_not_found(table: &str) -> StoreError {
+    StoreError::NotFound(format!("table '{table}' does not exist (TableNotFound)"))
+}
+
+/// The error for an operation on a queue that does not exist (QueueNotFound).
+pub(crate) fn queue_not_found(queue: &str) -> StoreError {
+    StoreError::NotFound(format!("queue '{queue}' does not exist (QueueNotFound)"))
+}
+
+/// The error for an insert that found the entity already there (EntityAlreadyExists).
+pub(crate) fn already_exists() -> StoreError {
+    StoreError::AlreadyExists("insert: the entity already exists (EntityAlreadyExists)".into())
+}
+
 /// Checks queue-message rules before I/O.
 pub fn validate_message(text: &str, visible_after: Duration) -> StoreResult<()> {
     if text.len() > MAX_MESSAGE_BYTES {
@@ -447,5 +494,20 @@ pub fn check_queue_name(queue: &str) -> StoreResult<()> {
         Err(StoreError::InvalidInput(format!(
             "queue name {queue:?} is invalid: 3-63 lowercase letters, digits and single dashes"
         )))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::RowRange;
+
+    #[test]
+    fn row_range_compares_utf16_code_units() {
+        // By code points (Rust's `str` order) U+E000 < U+1F600; by UTF-16 code units the
+        // emoji's high surrogate U+D83D sorts first, as the service orders keys.
+        let below_e000 = RowRange { before: Some("\u{e000}".into()), ..RowRange::default() };
+        assert!(below_e000.contains("😀"));
+        let above_emoji = RowRange { after: Some("😀".into()), to: Some("\u{ffff}".into()), ..RowRange::default() };
+        assert!(above_emoji.contains("\u{e000}") && !above_emoji.contains("😀") && !above_emoji.contains("z"));
     }
 }

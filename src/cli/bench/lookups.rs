@@ -4,7 +4,6 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use futures::StreamExt;

@@ -8,7 +8,8 @@ use std::time::Duration;
 use rusqlite::{params, Connection, OptionalExtension, Params};
 
 use super::super::{
-    BatchOp, ETag, Entity, IfMatch, Page, PartitionRange, ReceivedMessage, RowRange, StoreError, StoreResult,
+    already_exists, check_if_match, check_pop_receipt, message_not_found, queue_not_found, table_not_found, BatchOp,
+    ETag, Entity, IfMatch, Page, PartitionRange, ReceivedMessage, RowRange, StoreError, StoreResult,
 };
 use super::codec::{decode_props, encode_props, new_etag, now_ms, page_from};
 
@@ -72,21 +73,11 @@ pub(super) fn delete_table(conn: &Connection, table: &str) -> StoreResult<()> {
 pub(super) fn require_table(conn: &Connection, table: &str) -> StoreResult<()> {
     one(conn, "SELECT 1 FROM tables WHERE name = ?1", [table], |r| r.get::<_, i64>(0))?
         .map(|_| ())
-        .ok_or_else(|| StoreError::NotFound(format!("table '{table}' does not exist (TableNotFound)")))
+        .ok_or_else(|| table_not_found(table))
 }
 
 fn current_etag(conn: &Connection, table: &str, pk: &str, rk: &str) -> StoreResult<Option<String>> {
     one(conn, "SELECT etag FROM entities WHERE tbl = ?1 AND pk = ?2 AND rk = ?3", params![table, pk, rk], |r| r.get(0))
-}
-
-fn check_if_match(current: Option<String>, if_match: &IfMatch, what: &str) -> StoreResult<()> {
-    match (current, if_match) {
-        (None, _) => Err(StoreError::NotFound(format!("{what}: entity not found (ResourceNotFound)"))),
-        (Some(cur), IfMatch::Etag(ETag(want))) if &cur != want => {
-            Err(StoreError::PreconditionFailed(format!("{what}: ETag changed (UpdateConditionNotSatisfied)")))
-        }
-        _ => Ok(()),
-    }
 }
 
 /// An entity checked against the service's limits and encoded for storage, ready to be
@@ -149,7 +140,7 @@ pub(super) fn insert(conn: &Connection, table: &str, e: &Encoded) -> StoreResult
     match inserted {
         Ok(_) => Ok(etag),
         Err(rusqlite::Error::SqliteFailure(f, _)) if f.extended_code == rusqlite::ffi::SQLITE_CONSTRAINT_PRIMARYKEY => {
-            Err(StoreError::AlreadyExists("insert: the entity already exists (EntityAlreadyExists)".into()))
+            Err(already_exists())
         }
         Err(other) => Err(db_err(other)),
     }
@@ -157,13 +148,13 @@ pub(super) fn insert(conn: &Connection, table: &str, e: &Encoded) -> StoreResult
 
 /// Replace under `if_match`.
 pub(super) fn replace(conn: &Connection, table: &str, e: &Encoded, if_match: &IfMatch) -> StoreResult<ETag> {
-    check_if_match(current_etag(conn, table, &e.pk, &e.rk)?, if_match, "replace")?;
+    check_if_match(current_etag(conn, table, &e.pk, &e.rk)?.as_deref(), if_match, "replace")?;
     upsert(conn, table, e)
 }
 
 /// Delete under `if_match`.
 pub(super) fn delete(conn: &Connection, table: &str, pk: &str, rk: &str, if_match: &IfMatch) -> StoreResult<()> {
-    check_if_match(current_etag(conn, table, pk, rk)?, if_match, "delete")?;
+    check_if_match(current_etag(conn, table, pk, rk)?.as_deref(), if_match, "delete")?;
     exec(conn, "DELETE FROM entities WHERE tbl = ?1 AND pk = ?2 AND rk = ?3", params![table, pk, rk]).map(|_| ())
 }
 
@@ -323,19 +314,13 @@ pub(super) fn delete_queue(conn: &Connection, queue: &str) -> StoreResult<()> {
 fn require_queue(conn: &Connection, queue: &str) -> StoreResult<()> {
     one(conn, "SELECT 1 FROM queues WHERE name = ?1", [queue], |r| r.get::<_, i64>(0))?
         .map(|_| ())
-        .ok_or_else(|| StoreError::NotFound(format!("queue '{queue}' does not exist (QueueNotFound)")))
+        .ok_or_else(|| queue_not_found(queue))
 }
 
 fn check_receipt(conn: &Connection, queue: &str, id: &str, pop_receipt: &str) -> StoreResult<()> {
     let current: Option<String> =
         one(conn, "SELECT pop_receipt FROM messages WHERE queue = ?1 AND id = ?2", params![queue, id], |r| r.get(0))?;
-    match current {
-        None => Err(StoreError::NotFound(format!("message {id} not found (MessageNotFound)"))),
-        Some(r) if r != pop_receipt => {
-            Err(StoreError::PreconditionFailed("pop receipt does not match (PopReceiptMismatch)".into()))
-        }
-        Some(_) => Ok(()),
-    }
+    check_pop_receipt(&current.ok_or_else(|| message_not_found(id))?, pop_receipt)
 }
 
 /// Appends a message visible after `visible_after`; returns its id.
