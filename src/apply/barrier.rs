@@ -11,8 +11,13 @@
 //!    F's own shard holds none below it except the entries of the page being applied
 //!    (an own-shard entry missing from the page was logged after the page was read: the
 //!    pass restarts from the oldest pending entry, [`Passed::Restart`]);
-//! 3. **seal**: every shard's seal ([`crate::wal::seal`]) is raised to the bound;
-//! 4. **check again** with the bound.
+//! 3. **seal**: the seal ([`crate::wal::seal`]) of every other shard is raised to the bound;
+//! 4. **check again** with the bound;
+//! 5. **seal the own shard** at F's own effective id, between two checks of it
+//!    ([`Applier::seal_own`]), for every filter entry, also one a page's clearance covers.
+//!    The own shard still holds the page's later entries, so it is never sealed past an
+//!    entry still to be applied: a seal left behind by an attempt that stopped (a deadline,
+//!    a lost lease, a crash) covers only entries that became durable after its check.
 //!
 //! Why (the whole argument, with every case, is in docs/ARCHITECTURE.md, "Order"):
 //! - A write W acknowledged before F was issued was durable before F was logged, hence
@@ -172,13 +177,16 @@ impl Applier {
                     .filter(|e| first.low_watermark.as_ref().is_none_or(|low| *e < low))
                     .max()
                     .unwrap_or(id);
-                let seals = ShardId::all(first.count).map(|s| self.wal.raise_seal(s, bound));
+                let seals = ShardId::all(first.count).filter(|s| *s != own).map(|s| self.wal.raise_seal(s, bound));
                 futures::future::try_join_all(seals).await?;
                 let again = self.shards_behind(own, bound, page).await?;
                 if again.own_late {
                     return Ok(Passed::Restart);
                 }
                 if again.shards.is_empty() && again.count == first.count {
+                    if !self.seal_own(own, page).await? {
+                        return Ok(Passed::Restart);
+                    }
                     return Ok(Passed::Yes { cleared: Some(bound.clone()) });
                 }
                 // Something became durable below the bound between the checks (stamped, or
@@ -207,6 +215,25 @@ impl Applier {
                 delay = (delay * 2).min(Duration::from_millis(200));
             }
         }
+    }
+
+    /// Seals the filter entry's own shard at the entry's own effective id (`page[0]`; `page`
+    /// is the rest of the page it was read in): checks that the shard holds no pending entry
+    /// below it except the page's, raises the seal, and checks again. False when an entry
+    /// logged after the page was read turned up below it: the pass restarts from the oldest
+    /// pending entry. Run for every filter entry, also one a page's clearance covers: the own
+    /// shard is sealed one entry at a time, never past an entry that is still to be applied,
+    /// so a seal left behind by an attempt that stopped (a deadline, a lost lease, a crash)
+    /// covers only entries that became durable after its check (two queries, one seal).
+    pub(crate) async fn seal_own(&self, own: ShardId, page: &[WalEntry]) -> Result<bool> {
+        let Some(id) = page.first().map(WalEntry::effective) else { return Ok(true) };
+        let mine: BTreeSet<&str> = page.iter().filter(|e| e.id < *id).map(|e| e.id.as_str()).collect();
+        let late = |pending: Vec<WalId>| pending.iter().any(|p| !mine.contains(p.as_str()));
+        if late(self.wal.pending_before(own, id, mine.len() + 1).await?) {
+            return Ok(false);
+        }
+        self.wal.raise_seal(own, id).await?;
+        Ok(!late(self.wal.pending_before(own, id, mine.len() + 1).await?))
     }
 
     /// Makes the id clock's high-water mark at least `bound`'s timestamp (one read; one

@@ -81,7 +81,7 @@ impl Applier {
             for rk in removed {
                 // A row a later entry wrote was removed by this one only if the record existed
                 // before this entry in id order (else the later entry created it).
-                if !newer.contains(rk) || self.existed_before(rk, entry.effective()).await? {
+                if !newer.contains(rk) || self.existed_before(rk, entry.effective(), filter).await? {
                     changes.push(Change { identity: rk.clone(), op, wal_id: entry.effective(), record: None });
                 }
             }

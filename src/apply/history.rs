@@ -16,6 +16,7 @@ use super::Applier;
 use crate::error::Result;
 use crate::faults;
 use crate::history::{self, retention, Change, HistoryEntry, HistoryOptions};
+use crate::query::Filter;
 use crate::store::{pager, BatchOp, Entity, RowRange, StoreError};
 use crate::wal::append::batches;
 use crate::wal::WalId;
@@ -56,17 +57,22 @@ impl Applier {
         faults::point("after_history_write")
     }
 
-    /// Whether the history of `identity` says the record existed just before entry `id`: its
-    /// newest row older than `id` holds a record. One query (`RowKey gt` the entry's history
-    /// key, first row). Used for a row that a filter entry matched but a later entry wrote
-    /// (an upsert of another shard applied first): the filter removed that record in id
-    /// order only if it existed before the filter. False without history.
-    pub(crate) async fn existed_before(&self, identity: &str, id: &WalId) -> Result<bool> {
+    /// Whether the history of `identity` says the record existed just before entry `id` with
+    /// a version `filter` matches: its newest row older than `id` holds such a record. One
+    /// query (`RowKey gt` the entry's history key, first row). Used for a row that a filter
+    /// entry matched but a later entry wrote (an upsert of another shard applied first): the
+    /// filter removed the record in effective-id order only if the version before it matched
+    /// (with an added index, that version may hold another value than the row it matched).
+    /// False without history.
+    pub(crate) async fn existed_before(&self, identity: &str, id: &WalId, filter: &Filter) -> Result<bool> {
         let Some(target) = &self.history else { return Ok(false) };
         let range = RowRange { after: Some(history::row_key(id)), ..RowRange::default() };
         let mut older = pager::entities(self.store.as_ref(), &target.table, identity, &range, 1);
         match older.try_next().await? {
-            Some(row) => Ok(HistoryEntry::from_entity(&row)?.record.is_some()),
+            Some(row) => {
+                let schema = self.schema();
+                Ok(HistoryEntry::from_entity(&row)?.record.is_some_and(|r| filter.matches(&schema, &r)))
+            }
             None => Ok(false),
         }
     }

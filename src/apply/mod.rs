@@ -439,6 +439,8 @@ impl Applier {
                         barrier::Passed::LeaseLost => return Ok((i, Flow::LeaseLost)),
                         barrier::Passed::Restart => return Ok((i, Flow::Restart)),
                     }
+                } else if !self.seal_own(shard, &entries[i..]).await? {
+                    return Ok((i, Flow::Restart));
                 }
                 if let Op::Schema { version } = group[0].op {
                     match self.fence(shard, version, lease, deadline).await? {
