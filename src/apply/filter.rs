@@ -17,6 +17,17 @@ use crate::record::{self, Record, RowMeta};
 use crate::store::{pager, BatchOp, Entity, Value, MAX_BATCH_OPS, MAX_PAGE};
 use crate::wal::{Op, WalEntry, WalId, TOMBSTONES};
 
+/// A row of the filter's partition that the filter addresses.
+enum Match {
+    /// A live row whose record matches (or this entry's own tombstone). `later`: a later
+    /// entry wrote it (applied before this one; fencing keeps this entry off it).
+    Live { row_key: String, record: Record, later: bool },
+    /// A tombstone a later entry wrote when it moved the record to another value of an
+    /// added index. Only with history: whether this entry removed the version before it is
+    /// for the history to say ([`Applier::existed_before`]); the catalog is already right.
+    HiddenByLater { row_key: String },
+}
+
 impl Applier {
     /// Replace or delete: resolve the filter page by page, tombstoning what each page
     /// matched (so memory stays bounded by a page, whatever the filter matches), then write
@@ -49,10 +60,23 @@ impl Applier {
             let mut doomed: BTreeMap<(String, String), Record> = BTreeMap::new();
             // Identities whose matched row a later entry wrote (applied before this one).
             let mut newer: BTreeSet<String> = BTreeSet::new();
-            for (row_key, rec, later) in self.matches(filter, entry.effective(), &page.entities) {
-                if later {
-                    newer.insert(row_key.clone());
-                }
+            // Identities whose row here a later entry turned into a tombstone (it moved the
+            // record to another value of an added index): this entry may still have removed
+            // the version before it, which only the history can tell.
+            let mut hidden: BTreeSet<String> = BTreeSet::new();
+            for found in self.matches(filter, entry.effective(), &page.entities) {
+                let (row_key, rec) = match found {
+                    Match::Live { row_key, record, later } => {
+                        if later {
+                            newer.insert(row_key.clone());
+                        }
+                        (row_key, record)
+                    }
+                    Match::HiddenByLater { row_key } => {
+                        hidden.insert(row_key);
+                        continue;
+                    }
+                };
                 let rows = match schema.record_keys(&rec) {
                     Ok(k) => k.partitions.into_iter().map(|(_, pk)| (pk, k.row_key.clone())).collect(),
                     // A row another client wrote that our schema cannot key: remove the row found.
@@ -64,24 +88,25 @@ impl Applier {
                     }
                 }
             }
-            if doomed.is_empty() {
-                continue;
+            if !doomed.is_empty() {
+                self.index_tombstones(entry.effective(), doomed.keys()).await?;
+                let writes = doomed
+                    .iter()
+                    .map(|((pk, rk), rec)| (pk.clone(), rk.clone(), entry.effective(), RowWrite::Tombstone(rec)))
+                    .collect();
+                self.write_rows(writes).await?;
             }
-            self.index_tombstones(entry.effective(), doomed.keys()).await?;
-            let writes = doomed
-                .iter()
-                .map(|((pk, rk), rec)| (pk.clone(), rk.clone(), entry.effective(), RowWrite::Tombstone(rec)))
-                .collect();
-            self.write_rows(writes).await?;
             // One history row per identity removed (the new record's own identity, when the
             // filter matched it, gets the row below instead).
             let removed: BTreeSet<&String> =
-                doomed.keys().map(|(_, rk)| rk).filter(|rk| Some(*rk) != new_identity).collect();
+                doomed.keys().map(|(_, rk)| rk).chain(hidden.iter()).filter(|rk| Some(*rk) != new_identity).collect();
             let mut changes = Vec::with_capacity(removed.len());
             for rk in removed {
-                // A row a later entry wrote was removed by this one only if the record existed
-                // before this entry in id order (else the later entry created it).
-                if !newer.contains(rk) || self.existed_before(rk, entry.effective(), filter).await? {
+                // A row a later entry wrote (or hid) was removed by this one only if the
+                // version before this entry in effective-id order matched (else the later
+                // entry created it, or the record never had the value then).
+                let later = newer.contains(rk) || hidden.contains(rk);
+                if !later || self.existed_before(rk, entry.effective(), filter).await? {
                     changes.push(Change { identity: rk.clone(), op, wal_id: entry.effective(), record: None });
                 }
             }
@@ -107,18 +132,28 @@ impl Applier {
 
     /// The records of one page of the filter's partition that the filter addresses for
     /// entry `id`: live matching rows, plus rows this same entry already turned into
-    /// tombstones (a re-application after a crash). Returns (RowKey, record, whether the row
-    /// was written by an entry with a larger id than `id`).
-    fn matches(&self, filter: &Filter, id: &WalId, entities: &[Entity]) -> Vec<(String, Record, bool)> {
+    /// tombstones (a re-application after a crash), plus tombstones a later entry wrote
+    /// (see [`Match::HiddenByLater`]).
+    fn matches(&self, filter: &Filter, id: &WalId, entities: &[Entity]) -> Vec<Match> {
         let mut out = Vec::new();
         for e in entities {
             let meta = RowMeta::of(e);
-            if (meta.deleted && meta.wal_id != id.as_str()) || !filter.admits_row_key(&e.row_key) {
+            if !filter.admits_row_key(&e.row_key) {
+                continue;
+            }
+            if meta.deleted && meta.wal_id != id.as_str() {
+                if meta.wal_id.as_str() > id.as_str() && self.history.is_some() {
+                    out.push(Match::HiddenByLater { row_key: e.row_key.clone() });
+                }
                 continue;
             }
             let rec = record::payload(e, &meta);
             if filter.matches(&self.schema(), &rec) {
-                out.push((e.row_key.clone(), rec, meta.wal_id.as_str() > id.as_str()));
+                out.push(Match::Live {
+                    row_key: e.row_key.clone(),
+                    record: rec,
+                    later: meta.wal_id.as_str() > id.as_str(),
+                });
             }
         }
         out
