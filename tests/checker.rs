@@ -199,14 +199,28 @@ fn logged_id(result: &table_catalog::Result<table_catalog::catalog::Written>) ->
         Err(table_catalog::Error::Timeout(m)) => {
             m.split_whitespace().skip_while(|w| *w != "write").nth(1).map(str::to_string)
         }
+        Err(e) if logged_then_dead(e) => {
+            e.to_string().split_whitespace().skip_while(|w| *w != "write").nth(1).map(str::to_string)
+        }
         Err(_) => None,
     }
+}
+
+/// Whether a `wait` write failed because its entry, logged, went to `dead` ("write {id} was
+/// logged but cannot be applied: ..."): it was acknowledged as logged; the dead entry is a
+/// violation of its own.
+fn logged_then_dead(e: &table_catalog::Error) -> bool {
+    matches!(e, table_catalog::Error::Invalid(m) if m.contains(" was logged but cannot be applied"))
 }
 
 /// Whether a write by filter was refused because this instance does not know the filter's
 /// (added) field as an active index: it wrote nothing.
 fn refused_filter<T>(result: &table_catalog::Result<T>) -> bool {
-    matches!(result, Err(table_catalog::Error::IndexNotReady(_) | table_catalog::Error::Invalid(_)))
+    match result {
+        Err(e) if logged_then_dead(e) => false,
+        Err(table_catalog::Error::IndexNotReady(_) | table_catalog::Error::Invalid(_)) => true,
+        _ => false,
+    }
 }
 
 /// Whether a write's result acknowledges it (a timeout does: the write is durable, just not
@@ -215,6 +229,7 @@ fn acknowledged<T>(result: &table_catalog::Result<T>, seed: u64, shards: u16) ->
     match result {
         Ok(_) => true,
         Err(table_catalog::Error::Timeout(_)) => true,
+        Err(e) if logged_then_dead(e) => true,
         Err(e) => {
             assert!(e.is_transient(), "seed {seed} shards {shards}: unexpected error {e}");
             false
@@ -916,7 +931,11 @@ async fn check(backend: common::Backend, run: Run) {
     let mut violations = Vec::new();
     for d in &dead {
         let op = history.iter().find(|o| o.wal_id.as_deref() == Some(d.id.as_str()));
-        let what = op.map_or_else(|| format!("entry {} ({:?})", d.id, d.op), Op::label);
+        let unknown = || {
+            let kind = d.op.as_deref().unwrap_or("unreadable entry");
+            format!("entry {} (a {kind} whose call failed, or whose id the checker does not know)", d.id)
+        };
+        let what = op.map_or_else(unknown, Op::label);
         violations.push(format!("{what} went to dead ({:?}): {}", d.shard, d.reason));
     }
     let reads = reads.lock().unwrap().clone();
