@@ -4,26 +4,42 @@
 //! delivered twice) on a small key space drawn from the airports data, so identifiers
 //! collide and records move between index values. Several catalog instances share one
 //! storage account, each through its own fault injector (503s before or after commit,
-//! latency, freezes longer than the lease) and with its own skewed clock; each runs a queue
-//! worker and a sweeper, so several appliers race. After quiescence the whole table is
-//! checked:
+//! latency, freezes longer than the lease, WAL entries logged late) and with its own skewed
+//! clock; each runs a queue worker and a sweeper, so several appliers race. After quiescence
+//! the whole table is checked:
 //! - convergence: every record's index rows agree ([`table_catalog::verify`]);
-//! - durability and order: for every record identity, the final state is the effect of an
-//!   operation that no acknowledged operation issued after it finished supersedes (an
-//!   acknowledged write that nothing later touched must be there, with its payload);
-//! - nothing pending, nothing dead, nothing poisoned, queue drained;
-//! - history (every instance keeps it): per identity, one row per WAL id, newest first, a
-//!   row for every acknowledged write and for every acknowledged filter that must have seen
-//!   the record, and the newest row equal to the final state ([`check_history`]). With the
-//!   history write of deletes skipped on purpose, the bounded run reports over a thousand
-//!   violations (docs/RELIABILITY.md).
+//! - linearizability, per record identity ([`linearizable`]): some order of the operations
+//!   touching the record, consistent with real time (an operation acknowledged before another
+//!   was issued comes first; a failed one may take effect any time after it was issued, or
+//!   never; a queued intent any time after it was sent), explains the record's final state,
+//!   every consistent read's and consistent lookup's answer, and its history rows (every
+//!   instance keeps history): newest first, they must be exactly that order's effective
+//!   changes. WAL-id order is not expected: an entry logged late (its id taken from the clock
+//!   before its entry was stored) may take effect after entries with larger ids. The search
+//!   visits at most `TC_CHECKER_LIN_STATES` states per identity (default
+//!   [`linearizable::DEFAULT_BUDGET`]); an identity left undecided is printed, not failed;
+//! - nothing pending, nothing poisoned, queue drained; nothing dead (every dead entry is
+//!   reported as a violation with its operation and reason).
+//!
+//! **Late entries** (issue 25). A share of the WAL entry writes (`TC_CHECKER_LATE`, default
+//! 0.1) is held for up to [`LATE`] before it reaches the store ([`Fault::Late`]), longer than
+//! an apply pass, while the id's clock publication goes on: entries with larger ids are logged
+//! and applied meanwhile, filters included (the barrier cannot wait for an entry that is not
+//! pending yet). While an added index is active, clients also run *late races* (share
+//! `TC_CHECKER_LATE_RACES`, default 0.1, of their steps; [`late_race`]): a record R0 with a
+//! value of the added field, then an upsert U of the same identity with another value whose
+//! entry write is held at a gate until a delete by R0's value, issued through another
+//! instance once the write is held, has been applied.
+//! Every order of U and the delete leaves the record live with U's value; with the defect of
+//! issue 25 (the delete removes R0, U's late entry then finds a newer row and writes nothing)
+//! the record is gone, and the linearizability check reports it (docs/RELIABILITY.md).
 //!
 //! Consistent reads (read-your-writes): after a share of its acknowledged upserts
-//! (`TC_CHECKER_READS`, default 0.05) and after every frozen racing pair (below), a client
-//! reads the record back with `query_consistent`; the answer must be a state that the
-//! operations issued before the read ended allow, counting as acknowledged only those
-//! acknowledged before it began. With the catch-up removed (`Applier::catch_up` answering at
-//! once) seeds 1 and 2 fail (docs/RELIABILITY.md).
+//! (`TC_CHECKER_READS`, default 0.05), after every frozen racing pair (below) and after
+//! every late race, a client reads the record back with `query_consistent`; the answer is a
+//! read of the record in the linearizability check (it takes effect at some instant between
+//! its issue and its answer). With the catch-up removed (`Applier::catch_up` answering at
+//! once) seeds 1 and 2 failed the checker's earlier model (docs/RELIABILITY.md).
 //!
 //! Half of the racing pairs (`TC_CHECKER_FROZEN`, default 0.5) are frozen: the client holds the upsert's shard lease from before
 //! the upsert until 300 ms after it, and logs the delete with `wait`, so the delete's instance
@@ -53,10 +69,12 @@
 //! workers on two instances run the backfill and drop jobs, and a reader looks records up by
 //! the added fields through every instance. Each lookup's answer (`index_not_ready`,
 //! `Invalid`, records) must be one the index's states during the lookup allow, and a
-//! consistent lookup while the index was surely active must return exactly the records the
-//! model allows. At quiescence `verify` runs under the final schema (`moved_row` included),
-//! every active added index finds exactly the live records of each value, and no row of a
-//! dropped index is left.
+//! consistent lookup while the index was surely active is a read of every identity for the
+//! linearizability check. Clients delete and replace by an added field while its index is
+//! active (`TC_CHECKER_ADDED`, default 0.5, of their direct deletes and replaces then); an
+//! instance that does not know the index as active refuses, writing nothing. At quiescence
+//! `verify` runs under the final schema (`moved_row` included), every active added index
+//! finds exactly the live records of each value, and no row of a dropped index is left.
 //!
 //! Bounded runs are part of `scripts/test.sh`; long runs: `scripts/checker_long.sh local`
 //! (100,000 operations) and `scripts/checker_long.sh azurite` (20,000), or by hand:
@@ -66,30 +84,36 @@
 mod common;
 #[path = "checker/indexes.rs"]
 mod index_changes;
+#[path = "checker/linearizable.rs"]
+mod linearizable;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use futures::TryStreamExt;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::json;
+use table_catalog::catalog::MessageOutcome;
 use table_catalog::catalog::{Catalog, CatalogOptions};
 use table_catalog::config::Names;
 use table_catalog::dispatch::{QueuePolicy, WorkerOptions};
-use table_catalog::history::{self as hist, HistoryEntry, HistoryOptions};
+use table_catalog::history::{HistoryEntry, HistoryOptions};
 use table_catalog::import::{read_file, Format};
 use table_catalog::messages;
 use table_catalog::query::Filter;
 use table_catalog::record::{Record, RowMeta};
 use table_catalog::schema::Schema;
 use table_catalog::server::{self, ServeOptions};
-use table_catalog::store::fault::{unavailable, Fault, FaultStore, OpKind, Rule, Trigger};
-use table_catalog::store::Store;
+use table_catalog::store::fault::{unavailable, Fault, FaultStore, Gate, OpKind, Rule, Trigger};
+use table_catalog::store::{Entity, Store};
 use table_catalog::verify;
 use table_catalog::wal::id::{format_micros, now_micros};
 use table_catalog::wal::ShardId;
+
+use linearizable::{Action, Event, Expect, Verdict};
 
 const INDEX: [&str; 3] = ["icao", "iata", "lid"];
 
@@ -98,17 +122,9 @@ const INDEX: [&str; 3] = ["icao", "iata", "lid"];
 #[derive(Debug, Clone)]
 struct Read {
     rk: String,
-    identity: Record,
     issued: u64,
     ended: u64,
     found: Option<Option<Record>>,
-}
-
-/// What an operation does to one record identity.
-#[derive(Debug, Clone, PartialEq)]
-enum Effect {
-    Write(Record),
-    Absent,
 }
 
 #[derive(Debug, Clone)]
@@ -128,8 +144,11 @@ struct Op {
     acked: bool,
     /// RowKey (identity) of the record an upsert or replace writes.
     rk: Option<String>,
-    /// The WAL id the write was logged under, when the call returned one (for diagnostics).
+    /// The WAL id the write was logged under, when known: returned by the call (or named by
+    /// its timeout), or, for a queued intent, read from its marker at quiescence.
     wal_id: Option<String>,
+    /// The queue message id of an intent put on the queue (its marker names its WAL id).
+    message: Option<String>,
 }
 
 impl Op {
@@ -144,7 +163,63 @@ impl Op {
             Kind::Upsert(r) | Kind::Replace(_, r) => Some(u.row_key(r)),
             Kind::Delete(_) => None,
         };
-        Op { kind, issued, ended, acked, rk, wal_id }
+        Op { kind, issued, ended, acked, rk, wal_id, message: None }
+    }
+
+    /// The filter of a delete or replace by an added field (one of [`index_changes::FIELDS`]).
+    fn added_filter(&self) -> Option<&(String, String)> {
+        match &self.kind {
+            Kind::Replace(f, _) | Kind::Delete(f) if index_changes::FIELDS.iter().any(|(a, _)| *a == f.0) => Some(f),
+            _ => None,
+        }
+    }
+
+    /// How reports name it: what it did, when, under which WAL id.
+    fn label(&self) -> String {
+        let brief = |r: &Record| linearizable::brief(Some(r));
+        let what = match &self.kind {
+            Kind::Upsert(r) => format!("upsert {}", brief(r)),
+            Kind::Replace((k, v), r) => format!("replace {k}={v} by {}", brief(r)),
+            Kind::Delete((k, v)) => format!("delete {k}={v}"),
+        };
+        let ended = match (self.acked, self.ended) {
+            (false, _) => "failed".to_string(),
+            (true, u64::MAX) => "queued".to_string(),
+            (true, t) => format!("acknowledged {t}"),
+        };
+        format!("{what} (issued {}, {ended}, WAL id {})", self.issued, self.wal_id.as_deref().unwrap_or("unknown"))
+    }
+}
+
+/// The WAL id a write was logged under: the one returned, or the one its timeout names
+/// ("write {id} is durable but was not applied ...").
+fn logged_id(result: &table_catalog::Result<table_catalog::catalog::Written>) -> Option<String> {
+    match result {
+        Ok(w) => Some(w.id.clone()),
+        Err(table_catalog::Error::Timeout(m)) => {
+            m.split_whitespace().skip_while(|w| *w != "write").nth(1).map(str::to_string)
+        }
+        Err(e) if logged_then_dead(e) => {
+            e.to_string().split_whitespace().skip_while(|w| *w != "write").nth(1).map(str::to_string)
+        }
+        Err(_) => None,
+    }
+}
+
+/// Whether a `wait` write failed because its entry, logged, went to `dead` ("write {id} was
+/// logged but cannot be applied: ..."): it was acknowledged as logged; the dead entry is a
+/// violation of its own.
+fn logged_then_dead(e: &table_catalog::Error) -> bool {
+    matches!(e, table_catalog::Error::Invalid(m) if m.contains(" was logged but cannot be applied"))
+}
+
+/// Whether a write by filter was refused because this instance does not know the filter's
+/// (added) field as an active index: it wrote nothing.
+fn refused_filter<T>(result: &table_catalog::Result<T>) -> bool {
+    match result {
+        Err(e) if logged_then_dead(e) => false,
+        Err(table_catalog::Error::IndexNotReady(_) | table_catalog::Error::Invalid(_)) => true,
+        _ => false,
     }
 }
 
@@ -154,6 +229,7 @@ fn acknowledged<T>(result: &table_catalog::Result<T>, seed: u64, shards: u16) ->
     match result {
         Ok(_) => true,
         Err(table_catalog::Error::Timeout(_)) => true,
+        Err(e) if logged_then_dead(e) => true,
         Err(e) => {
             assert!(e.is_transient(), "seed {seed} shards {shards}: unexpected error {e}");
             false
@@ -229,15 +305,7 @@ impl Universe {
 }
 
 fn matches(filter: &(String, String), identity: &Record) -> bool {
-    identity[filter.0.as_str()].as_str().is_some_and(|v| !v.is_empty() && v.to_lowercase() == filter.1.to_lowercase())
-}
-
-fn effect(op: &Op, rk: &str, identity: &Record) -> Option<Effect> {
-    match &op.kind {
-        Kind::Upsert(r) => (op.rk.as_deref() == Some(rk)).then(|| Effect::Write(r.clone())),
-        Kind::Replace(_, r) if op.rk.as_deref() == Some(rk) => Some(Effect::Write(r.clone())),
-        Kind::Replace(f, _) | Kind::Delete(f) => matches(f, identity).then_some(Effect::Absent),
-    }
+    linearizable::has(identity, filter)
 }
 
 /// How the workload crossed shards, counted on a replay of the acknowledged operations in
@@ -322,7 +390,17 @@ async fn open_instance(
     Arc::new(Catalog::open(store, names.clone(), schema.clone(), o).await.unwrap())
 }
 
-fn add_faults(f: &FaultStore, catalog_table: &str) {
+/// The share of WAL entry writes held late: `TC_CHECKER_LATE` (0 disables), default 0.1.
+fn late_share() -> f64 {
+    std::env::var("TC_CHECKER_LATE").ok().and_then(|v| v.parse().ok()).unwrap_or(0.1)
+}
+
+/// The longest hold of a late WAL entry write: longer than an apply pass of the checker's
+/// backlog, so entries with larger ids are applied meanwhile.
+const LATE: Duration = Duration::from_millis(400);
+
+fn add_faults(f: &FaultStore, names: &Names) {
+    let catalog_table = names.table.as_str();
     let writes = [
         OpKind::Insert,
         OpKind::Upsert,
@@ -350,6 +428,13 @@ fn add_faults(f: &FaultStore, catalog_table: &str) {
     f.add(
         Rule::new(&[OpKind::Get, OpKind::Replace, OpKind::Insert], Trigger::Probability(0.004), Fault::Delay(FREEZE))
             .on(catalog_table),
+    );
+    // Late WAL entries (issue 25): the write of an entry whose id is already taken (and being
+    // published) is held up to `LATE`; entries with larger ids go on meanwhile.
+    f.add(
+        Rule::new(&[OpKind::Insert, OpKind::Batch], Trigger::Probability(late_share()), Fault::Late(LATE))
+            .on(&names.wal_table)
+            .pending_entries(),
     );
 }
 
@@ -447,7 +532,7 @@ async fn check(backend: common::Backend, run: Run) {
     for i in 0..instances {
         let f = Arc::new(FaultStore::new(inner.clone(), seed.wrapping_mul(31).wrapping_add(i as u64)));
         catalogs.push(open_instance(f.clone(), &names, &u.schema, skews[i % skews.len()], shards).await);
-        add_faults(&f, &names.table);
+        add_faults(&f, &names);
         faulty.push(f);
     }
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
@@ -539,19 +624,40 @@ async fn check(backend: common::Backend, run: Run) {
             }
         })
     };
+    let timeline = Arc::new(index_changes::Timeline::new());
+    let added = Arc::new(AddedCounts::default());
     let mut tasks = Vec::new();
     for client in 0..clients {
         let (u, clock, history, catalogs, refused, reads) =
             (u.clone(), clock.clone(), history.clone(), catalogs.clone(), refused.clone(), reads.clone());
+        let (timeline, added, faulty) = (timeline.clone(), added.clone(), faulty.clone());
         let n = ops / clients + usize::from(client < ops % clients);
         tasks.push(tokio::spawn(async move {
             let mut rng = StdRng::seed_from_u64(seed ^ (client as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15));
-            // Reads draw from their own stream, so the operations of a seed stay the same.
+            // Reads draw from their own stream, so the operations of a seed stay the same;
+            // so do the choices that depend on the index changes' timing (`side`).
             let read_share = std::env::var("TC_CHECKER_READS").ok().and_then(|v| v.parse().ok()).unwrap_or(0.05);
             let frozen_share = std::env::var("TC_CHECKER_FROZEN").ok().and_then(|v| v.parse().ok()).unwrap_or(0.5);
+            let added_share = std::env::var("TC_CHECKER_ADDED").ok().and_then(|v| v.parse().ok()).unwrap_or(0.5);
+            let race_share = std::env::var("TC_CHECKER_LATE_RACES").ok().and_then(|v| v.parse().ok()).unwrap_or(0.1);
             let mut read_rng = StdRng::seed_from_u64(!seed ^ (client as u64 + 1).wrapping_mul(0x2545_F491_4F6C_DD1D));
+            let mut side = StdRng::seed_from_u64(seed ^ (client as u64 + 1).wrapping_mul(0x5851_F42D_4C95_7F2D));
             let mut left = n;
             while left > 0 {
+                let active = timeline.active_fields();
+                if left >= 3 && !active.is_empty() && side.gen_bool(race_share) {
+                    let field = active[side.gen_range(0..active.len())];
+                    let ctx = Clients { u: &u, catalogs: &catalogs, faulty: &faulty, clock: &clock, seed, shards };
+                    let race = late_race(&ctx, &mut side, client, field).await;
+                    added.races.fetch_add(1, Ordering::Relaxed);
+                    added.races_late.fetch_add(u64::from(race.late), Ordering::Relaxed);
+                    added.races_set_up.fetch_add(u64::from(race.set_up), Ordering::Relaxed);
+                    added.refused.fetch_add(u64::from(race.refused), Ordering::Relaxed);
+                    history.lock().unwrap().extend(race.ops);
+                    reads.lock().unwrap().push(race.read);
+                    left -= 3;
+                    continue;
+                }
                 let c = &catalogs[rng.gen_range(0..catalogs.len())];
                 if left >= 2 && rng.gen_bool(0.15) {
                     // A race only the barrier decides: an upsert of a record only this client
@@ -586,7 +692,7 @@ async fn check(backend: common::Backend, run: Run) {
                         };
                         let ended = clock.fetch_add(1, Ordering::SeqCst);
                         let acked = acknowledged(&result, seed, shards);
-                        let wal_id = result.ok().map(|w| w.id);
+                        let wal_id = logged_id(&result);
                         history.lock().unwrap().push(Op::new(&u, kind, issued, ended, acked, wal_id));
                         if let Some(lease) = frozen.take() {
                             let c = c.clone();
@@ -626,7 +732,24 @@ async fn check(backend: common::Backend, run: Run) {
                 };
                 let issued = clock.fetch_add(1, Ordering::SeqCst);
                 let intent = rng.gen_bool(0.1);
-                let result = if intent {
+                // While an added index is active, a share of the direct deletes and replaces
+                // filter on it (drawn from `side`, so the stream of operations stays the same).
+                let mut kind = kind;
+                let active = timeline.active_fields();
+                let by_added = side.gen_bool(added_share)
+                    && !intent
+                    && !active.is_empty()
+                    && matches!(kind, Kind::Replace(..) | Kind::Delete(..));
+                if by_added {
+                    let field = active[side.gen_range(0..active.len())];
+                    let f = index_changes::added_filter(&mut side, field);
+                    kind = match kind {
+                        Kind::Replace(_, r) => Kind::Replace(f, r),
+                        _ => Kind::Delete(f),
+                    };
+                }
+                let mut message = None;
+                let (result, wal_id): (table_catalog::Result<()>, Option<String>) = if intent {
                     let msg = match &kind {
                         Kind::Upsert(r) => json!({"v": 1, "op": "upsert", "record": r}),
                         Kind::Replace((k, v), r) => json!({"v": 1, "op": "replace", "filter": {k: v}, "record": r}),
@@ -638,13 +761,15 @@ async fn check(backend: common::Backend, run: Run) {
                         let id = format!("dup-{seed}-{client}-{issued}");
                         let a = c.process_message(&text, &id).await;
                         let b = catalogs[rng.gen_range(0..catalogs.len())].process_message(&text, &id).await;
-                        a.and(b).map(|_| None)
+                        match delivered(a, b, seed, shards) {
+                            Ok(id) => (Ok(()), id),
+                            Err(e) => (Err(e), None),
+                        }
                     } else {
-                        c.store()
-                            .put_message(&c.names().queue, &messages::encode(&text), Duration::ZERO)
-                            .await
-                            .map(|_| None)
-                            .map_err(Into::into)
+                        let put =
+                            c.store().put_message(&c.names().queue, &messages::encode(&text), Duration::ZERO).await;
+                        message = put.as_ref().ok().cloned();
+                        (put.map(|_| ()).map_err(Into::into), None)
                     }
                 } else {
                     let written = match &kind {
@@ -661,18 +786,24 @@ async fn check(backend: common::Backend, run: Run) {
                         }
                         Kind::Delete((k, v)) => c.delete(Filter::new(vec![(k.clone(), v.clone())]), wait).await,
                     };
-                    written.map(|w| Some(w.id))
+                    if by_added && refused_filter(&written) {
+                        added.refused.fetch_add(1, Ordering::Relaxed); // not an active index there
+                        continue;
+                    }
+                    let id = logged_id(&written);
+                    (written.map(|_| ()), id)
                 };
                 let ended = clock.fetch_add(1, Ordering::SeqCst);
                 let acked = acknowledged(&result, seed, shards);
                 // An intent that reached the queue is applied whenever it is consumed.
                 let ended = if intent && acked { u64::MAX } else { ended };
-                let wal_id = result.ok().flatten();
                 let read_after = match (&kind, acked && !intent && read_rng.gen_bool(read_share)) {
                     (Kind::Upsert(r), true) => Some(r.clone()),
                     _ => None,
                 };
-                history.lock().unwrap().push(Op::new(&u, kind, issued, ended, acked, wal_id));
+                let mut op = Op::new(&u, kind, issued, ended, acked, wal_id);
+                op.message = message;
+                history.lock().unwrap().push(op);
                 if let Some(r) = read_after {
                     // A consistent read of the record just written, through any instance.
                     let c = &catalogs[read_rng.gen_range(0..catalogs.len())];
@@ -683,7 +814,6 @@ async fn check(backend: common::Backend, run: Run) {
         }));
     }
     let clients_done = Arc::new(AtomicBool::new(false));
-    let timeline = Arc::new(index_changes::Timeline::new());
     let operator = operator_instance.clone().map(|c| {
         let poll = Duration::from_millis(if local { 50 } else { 300 });
         let (timeline, history, clients_done) = (timeline.clone(), history.clone(), clients_done.clone());
@@ -770,7 +900,11 @@ async fn check(backend: common::Backend, run: Run) {
     let audit = auditor.await.unwrap();
     c0.recover().await.unwrap();
     let status = c0.status().await.unwrap();
-    assert_eq!((status.pending, status.dead, status.poison), (0, 0, 0), "seed {seed} shards {shards}: {status:?}");
+    assert_eq!((status.pending, status.poison), (0, 0), "seed {seed} shards {shards}: {status:?}");
+    // Nothing dead: every entry here is valid when logged, so a dead one is a lost write
+    // (reported with the rest, so that a run shows every kind of violation it met).
+    let dead: Vec<table_catalog::wal::DeadEntry> = c0.dead_entries().try_collect().await.unwrap();
+    assert_eq!(dead.len() as u64, status.dead, "seed {seed} shards {shards}: dead entries listed");
 
     // Convergence, under the final schema (with the indexes added and not dropped).
     c0.applier().reload_schema().await.unwrap();
@@ -785,8 +919,9 @@ async fn check(backend: common::Backend, run: Run) {
     let rows = verify::scan_all(c0.store().as_ref(), &names.table).await.unwrap();
     let live = verify::live_records(&rows);
 
-    // Durability and order, per record identity.
-    let history = history.lock().unwrap().clone();
+    // Every operation, with the WAL ids of the queued intents (from their markers).
+    let mut history = history.lock().unwrap().clone();
+    resolve_intents(c0, &names, &mut history).await;
     let mut identities: BTreeMap<String, Record> = BTreeMap::new();
     for op in &history {
         if let (Kind::Upsert(r) | Kind::Replace(_, r), Some(rk)) = (&op.kind, &op.rk) {
@@ -794,77 +929,26 @@ async fn check(backend: common::Backend, run: Run) {
         }
     }
     let mut violations = Vec::new();
-    let mut checked_writes = 0;
-    for (rk, identity) in &identities {
-        let touching: Vec<(&Op, Effect)> =
-            history.iter().filter_map(|o| effect(o, rk, identity).map(|e| (o, e))).collect();
-        let valid = valid_outcomes(&touching);
-        let actual = live.get(rk).cloned().map_or(Effect::Absent, Effect::Write);
-        if matches!(actual, Effect::Write(_)) {
-            checked_writes += 1;
-        }
-        if !valid.contains(&actual) {
-            violations.push(format!("identity {rk}: final {actual:?} is not among {} possible outcomes", valid.len()));
-            // The evidence: every operation touching the identity, and its rows as stored.
-            for (o, e) in &touching {
-                eprintln!(
-                    "  {rk}: issued {} ended {} acked {} wal {:?} effect {} ({})",
-                    o.issued,
-                    o.ended,
-                    o.acked,
-                    o.wal_id,
-                    if matches!(e, Effect::Absent) { "absent" } else { "write" },
-                    match &o.kind {
-                        Kind::Upsert(r) => format!("upsert v={}", r["v"]),
-                        Kind::Replace(f, r) => format!("replace {f:?} v={}", r["v"]),
-                        Kind::Delete(f) => format!("delete {f:?}"),
-                    }
-                );
-            }
-            for row in rows.iter().filter(|e| &e.row_key == rk) {
-                eprintln!("  {rk}: row {} {:?}", row.partition_key, RowMeta::of(row));
-            }
-        }
+    for d in &dead {
+        let op = history.iter().find(|o| o.wal_id.as_deref() == Some(d.id.as_str()));
+        let unknown = || {
+            let kind = d.op.as_deref().unwrap_or("unreadable entry");
+            format!("entry {} (a {kind} whose call failed, or whose id the checker does not know)", d.id)
+        };
+        let what = op.map_or_else(unknown, Op::label);
+        violations.push(format!("{what} went to dead ({:?}): {}", d.shard, d.reason));
     }
-    // History: one row per applied change of every identity, in WAL-id order.
-    let history_rows = verify::scan_all(c0.store().as_ref(), &names.history_table).await.unwrap();
-    let history_violations = check_history(&history, &identities, &live, &history_rows);
-    eprintln!(
-        "checker {backend:?} seed {seed} shards {shards}: history: {} rows of {} identities; {} violations",
-        history_rows.len(),
-        history_rows.iter().map(|e| &e.partition_key).collect::<BTreeSet<_>>().len(),
-        history_violations.len()
-    );
-    violations.extend(history_violations);
-
-    // Read-your-writes: each consistent read returned a state that the operations issued
-    // before it ended allow, counting as acknowledged only those acknowledged before it began
-    // (later ones were concurrent with it and may or may not show).
     let reads = reads.lock().unwrap().clone();
     let answered = reads.iter().filter(|r| r.found.is_some()).count();
-    for read in &reads {
-        let Some(found) = &read.found else { continue };
-        let identity = identities.get(&read.rk).unwrap_or(&read.identity);
-        let actual = found.clone().map_or(Effect::Absent, Effect::Write);
-        if !outcomes_at(&history, &read.rk, identity, read.issued, read.ended).contains(&actual) {
-            violations.push(format!(
-                "consistent read of {} (issued {}, ended {}) returned {actual:?}, not a state the writes acknowledged before it allow",
-                read.rk, read.issued, read.ended
-            ));
-        }
-    }
-    // Online index changes: every lookup by an added field against the index's states and
-    // the model, then the final indexes against the final state.
+
+    // Online index changes: every lookup by an added field against the index's states, then
+    // the final indexes against the final state; exact lookups feed the check below.
     let mut counts = index_changes::LookupCounts::default();
     let mut index_summary = String::from("no index changes");
+    let mut exact = Vec::new();
     if let Some(op) = &operator_instance {
-        let touching: BTreeMap<String, (Record, Vec<Op>)> = identities
-            .iter()
-            .map(|(rk, id)| {
-                (rk.clone(), (id.clone(), history.iter().filter(|o| effect(o, rk, id).is_some()).cloned().collect()))
-            })
-            .collect();
-        let lookup_violations = index_changes::check_lookups(&u, &lookups, &timeline, &touching, &mut counts);
+        let (lookup_violations, e) = index_changes::check_lookups(&u, &lookups, &timeline, &identities, &mut counts);
+        exact = e;
         let (final_violations, summary) = index_changes::check_final(op, &live).await;
         violations.extend(lookup_violations);
         violations.extend(final_violations);
@@ -886,18 +970,40 @@ async fn check(backend: common::Backend, run: Run) {
         counts.exact,
         counts.exact_records
     );
+
+    // Linearizability, per record identity: its operations, reads and lookups against its
+    // history rows and its final state.
+    let history_rows = verify::scan_all(c0.store().as_ref(), &names.history_table).await.unwrap();
+    let observed = Observed { reads: &reads, lookups: &exact, catalog_rows: &rows };
+    let lin = check_records(&history, &identities, &live, &history_rows, &observed);
+    eprintln!(
+        "checker {backend:?} seed {seed} shards {shards}: linearizability: {} identities ({} live), {} operations and \
+         reads projected on them, {} history rows, {} search states, {} undecided; {} violations",
+        identities.len(),
+        live.len(),
+        lin.events,
+        history_rows.len(),
+        lin.states,
+        lin.undecided.len(),
+        lin.violations.len()
+    );
+    for why in &lin.undecided {
+        eprintln!("checker {backend:?} seed {seed} shards {shards}: UNDECIDED (search budget spent): {why}");
+    }
+    violations.extend(lin.violations);
     let stray: BTreeSet<&String> = live.keys().filter(|k| !identities.contains_key(*k)).collect();
     assert!(stray.is_empty(), "seed {seed} shards {shards}: records nobody wrote: {stray:?}");
     let (calls, injected): (u64, u64) = faulty.iter().map(|f| f.counts()).fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1));
     let cov = coverage(&history, shards);
     eprintln!(
         "checker {backend:?} seed {seed} shards {shards}: {} ops issued, {} writes checked ({} acknowledged) by {clients} clients on \
-         {instances} instances in {issued_secs:.1} s; {calls} storage calls, {injected} faults injected; {} identities, {checked_writes} live, {} rows; \
+         {instances} instances in {issued_secs:.1} s; {calls} storage calls, {injected} faults injected; {} identities, {} live, {} rows; \
          {} audit scans; {} consistent reads ({} answered, the rest refused as busy or failed); {} violations",
         history.len() as u64 + refused.load(Ordering::Relaxed),
         history.len(),
         history.iter().filter(|o| o.acked).count(),
         identities.len(),
+        live.len(),
         rows.len(),
         audit.scans,
         reads.len(),
@@ -909,6 +1015,17 @@ async fn check(backend: common::Backend, run: Run) {
          matched records, {} of them in 2+ shards, {} after an acknowledged upsert of another shard; {} replaces moved \
          a record to another shard; shard leases hogged {hogged} times",
         cov.filters_matching, cov.cross_shard_filters, cov.after_other_shard_upsert, cov.moves
+    );
+    let late_holds: u64 = faulty.iter().map(|f| f.late().borrow().begun).sum();
+    let by_added = history.iter().filter(|o| o.acked && o.added_filter().is_some()).count();
+    eprintln!(
+        "checker {backend:?} seed {seed} shards {shards}: late entries: {late_holds} WAL entry writes held late (up to {LATE:?}); \
+         {by_added} deletes and replaces by an added field acknowledged, {} refused; {} late races ({} with the upsert held late, \
+         {} of them with the delete logged after it and applied first)",
+        added.refused.load(Ordering::Relaxed),
+        added.races.load(Ordering::Relaxed),
+        added.races_late.load(Ordering::Relaxed),
+        added.races_set_up.load(Ordering::Relaxed)
     );
     if shards > 1 && history.len() >= 200 {
         // The workload must exercise the barrier (a check that the generator still does).
@@ -925,157 +1042,197 @@ async fn check(backend: common::Backend, run: Run) {
     assert!(violations.is_empty(), "seed {seed} shards {shards}: {:#?}", &violations[..violations.len().min(10)]);
 }
 
-/// The history check (issue 15): for every record identity, its history rows against the
-/// operations that touched it.
-/// - No duplicates and newest first: each row's RowKey is the one of its WAL id, and the rows
-///   in RowKey order have strictly decreasing WAL ids (one row per WAL id).
-/// - No gaps: every acknowledged upsert or replace writing the identity, whose WAL id the
-///   call returned, has a row holding its record; an acknowledged replace or delete whose
-///   filter matches the identity has a row when the row before it (in id order) is a live
-///   record written by an operation acknowledged before the filter was issued (the barrier
-///   makes the filter see it).
-/// - Agreement: the newest row is the final state (its record, or absent after a removal);
-///   an identity with no row was never live.
-/// - Soundness: a row under a known WAL id belongs to an operation touching the identity.
-///
-/// Failed (indeterminate) operations and queue intents have no known id: their rows are
-/// allowed, not required. Merged runs need nothing special (every upsert has its own row).
-fn check_history(
+/// What the clients observed, besides the operations: consistent reads, consistent lookups
+/// by added fields made while the index was surely active, and the catalog rows at the end
+/// (for the evidence printed with a violation).
+struct Observed<'a> {
+    reads: &'a [Read],
+    lookups: &'a [index_changes::ExactLookup],
+    catalog_rows: &'a [Entity],
+}
+
+/// What [`check_records`] found.
+#[derive(Default)]
+struct Linearized {
+    /// Operations and reads projected on the identities, all identities together.
+    events: usize,
+    /// Search states visited, all identities together.
+    states: usize,
+    /// Identities whose search ran out of budget (`TC_CHECKER_LIN_STATES` per identity).
+    undecided: Vec<String>,
+    violations: Vec<String>,
+}
+
+/// The operations and reads of identity `rk` (see [`linearizable`]): its writes, the
+/// filters that match a record ever written for it (the others never touch it), the
+/// consistent reads of it and the exact lookups.
+fn project(history: &[Op], observed: &Observed, rk: &str) -> Vec<Event> {
+    let written: Vec<&Record> = history
+        .iter()
+        .filter(|o| o.rk.as_deref() == Some(rk))
+        .filter_map(|o| match &o.kind {
+            Kind::Upsert(r) | Kind::Replace(_, r) => Some(r),
+            Kind::Delete(_) => None,
+        })
+        .collect();
+    let mut events = Vec::new();
+    for op in history {
+        let action = match &op.kind {
+            Kind::Upsert(r) | Kind::Replace(_, r) if op.rk.as_deref() == Some(rk) => Action::Write(r.clone()),
+            Kind::Replace(f, _) | Kind::Delete(f) if written.iter().any(|r| linearizable::has(r, f)) => {
+                Action::Remove(f.clone())
+            }
+            _ => continue,
+        };
+        let ended = (op.acked && op.ended != u64::MAX).then_some(op.ended);
+        events.push(Event {
+            action,
+            issued: op.issued,
+            ended,
+            required: op.acked,
+            wal_id: op.wal_id.clone(),
+            label: op.label(),
+        });
+    }
+    for read in observed.reads.iter().filter(|r| r.rk == rk) {
+        let Some(found) = &read.found else { continue };
+        events.push(Event {
+            action: Action::Read(Expect::Is(found.clone())),
+            issued: read.issued,
+            ended: Some(read.ended),
+            required: true,
+            wal_id: None,
+            label: format!(
+                "consistent read (issued {}, answered {}) that found {}",
+                read.issued,
+                read.ended,
+                linearizable::brief(found.as_ref())
+            ),
+        });
+    }
+    for l in observed.lookups {
+        let (expect, saw) = match l.found.get(rk) {
+            Some(r) => (Expect::Is(Some(r.clone())), linearizable::brief(Some(r))),
+            None => (Expect::Lacks(l.filter.clone()), "nothing of it".to_string()),
+        };
+        let label = format!("{} that found {saw}", l.what);
+        events.push(Event {
+            action: Action::Read(expect),
+            issued: l.issued,
+            ended: Some(l.ended),
+            required: true,
+            wal_id: None,
+            label,
+        });
+    }
+    events
+}
+
+/// The WAL id of the entry that wrote a history row: a row of an entry logged late carries
+/// its effective id `{seal}+{id}` (docs/ARCHITECTURE.md, "Seals and stamps"); its entry, and
+/// the id its writer was acknowledged with, is the part after the last `+`.
+fn entry_id(wal_id: &str) -> &str {
+    wal_id.rsplit('+').next().unwrap_or(wal_id)
+}
+
+/// Checks every identity's operations, reads and lookups against its history rows and its
+/// final state ([`linearizable::check`]); rows whose WAL id belongs to an operation that
+/// cannot touch the identity, and rows of identities nobody wrote, are violations too.
+fn check_records(
     history: &[Op],
     identities: &BTreeMap<String, Record>,
     live: &BTreeMap<String, Record>,
-    rows: &[table_catalog::store::Entity],
-) -> Vec<String> {
-    let mut out = Vec::new();
+    history_rows: &[Entity],
+    observed: &Observed,
+) -> Linearized {
+    let budget = env_u64("TC_CHECKER_LIN_STATES").map_or(linearizable::DEFAULT_BUDGET, |n| n as usize);
+    let mut out = Linearized::default();
     let mut by_identity: BTreeMap<&str, Vec<HistoryEntry>> = BTreeMap::new();
-    for e in rows {
+    for e in history_rows {
         match HistoryEntry::from_entity(e) {
             Ok(h) => by_identity.entry(e.partition_key.as_str()).or_default().push(h),
-            Err(err) => out.push(format!("history row unreadable: {err}")),
-        }
-    }
-    let by_id: HashMap<&str, &Op> = history.iter().filter_map(|o| o.wal_id.as_deref().map(|id| (id, o))).collect();
-    for (rk, identity) in identities {
-        let rows = by_identity.get(rk.as_str()).map(Vec::as_slice).unwrap_or_default();
-        for h in rows {
-            if table_catalog::wal::WalId::parse_effective(&h.wal_id).is_none_or(|id| hist::row_key(&id) != h.row_key) {
-                out.push(format!("history of {rk}: row {} does not match its WAL id {}", h.row_key, h.wal_id));
-            }
-        }
-        for w in rows.windows(2) {
-            if w[0].wal_id <= w[1].wal_id {
-                out.push(format!(
-                    "history of {rk}: {} listed before {} (not newest first, or twice)",
-                    w[0].wal_id, w[1].wal_id
-                ));
-            }
-        }
-        // Agreement with the final state.
-        let newest = rows.first().map(|h| h.record.clone());
-        let actual = live.get(rk);
-        match (&newest, actual) {
-            (None, None) => {}
-            (Some(r), a) if r.as_ref() == a => {}
-            _ => out.push(format!("history of {rk}: newest row {newest:?} but the record is {actual:?}")),
-        }
-        let row_of = |id: &str| rows.iter().find(|h| h.wal_id == id);
-        for op in history.iter().filter(|o| o.acked) {
-            let Some(id) = op.wal_id.as_deref() else { continue };
-            match effect(op, rk, identity) {
-                Some(Effect::Write(r)) => match row_of(id) {
-                    Some(h) if h.record.as_ref() == Some(&r) => {}
-                    other => out.push(format!("history of {rk}: write {id} has {other:?}, not a row with its record")),
-                },
-                Some(Effect::Absent) => {
-                    if row_of(id).is_some() {
-                        continue;
-                    }
-                    // The row before the filter in id order: a live record written by an
-                    // operation acknowledged before the filter was issued?
-                    let before = rows.iter().find(|h| h.wal_id.as_str() < id);
-                    let seen = before.is_some_and(|h| {
-                        h.record.is_some()
-                            && by_id.get(h.wal_id.as_str()).is_some_and(|w| w.acked && w.ended < op.issued)
-                    });
-                    if seen {
-                        out.push(format!(
-                            "history of {rk}: {id} removed it after {} (acknowledged before it) but has no row",
-                            before.map(|h| h.wal_id.as_str()).unwrap_or_default()
-                        ));
-                    }
-                }
-                None => {}
-            }
-        }
-        for h in rows {
-            if let Some(op) = by_id.get(h.wal_id.as_str()) {
-                if effect(op, rk, identity).is_none() {
-                    out.push(format!(
-                        "history of {rk}: row {} belongs to an operation that does not touch it",
-                        h.wal_id
-                    ));
-                }
-            }
+            Err(err) => out.violations.push(format!("history row unreadable: {err}")),
         }
     }
     let stray: Vec<&&str> = by_identity.keys().filter(|k| !identities.contains_key(**k)).collect();
     if !stray.is_empty() {
-        out.push(format!("history rows of identities nobody wrote: {stray:?}"));
+        out.violations.push(format!("history rows of identities nobody wrote: {stray:?}"));
+    }
+    let by_id: HashMap<&str, &Op> = history.iter().filter_map(|o| o.wal_id.as_deref().map(|id| (id, o))).collect();
+    let mut shown = 0;
+    for rk in identities.keys() {
+        let events = project(history, observed, rk);
+        out.events += events.len();
+        // Oldest first: the history table lists a record's rows newest first (RowKey order).
+        let mut rows: Vec<&HistoryEntry> = by_identity.get(rk.as_str()).map(|r| r.iter().collect()).unwrap_or_default();
+        rows.sort_by(|a, b| b.row_key.cmp(&a.row_key));
+        let mut foreign = Vec::new();
+        for h in &rows {
+            let id = entry_id(&h.wal_id);
+            let mine = events.iter().any(|e| e.wal_id.as_deref() == Some(id));
+            if let (Some(op), false) = (by_id.get(id), mine) {
+                foreign.push(format!(
+                    "history of {rk}: row {} belongs to {}, which does not touch it",
+                    h.wal_id,
+                    op.label()
+                ));
+            }
+        }
+        out.violations.extend(foreign);
+        let rows: Vec<linearizable::Row> = rows
+            .iter()
+            .map(|h| linearizable::Row { wal_id: entry_id(&h.wal_id).to_string(), record: h.record.clone() })
+            .collect();
+        match linearizable::check(&events, &rows, live.get(rk), budget) {
+            Verdict::Linearizable { states } => out.states += states,
+            Verdict::Undecided { states } => {
+                out.states += states;
+                out.undecided.push(format!("identity {rk}: {} operations, {} history rows", events.len(), rows.len()));
+            }
+            Verdict::Violation(why) => {
+                out.violations.push(format!(
+                    "identity {rk}: no order of its {} operations and reads consistent with real time explains its \
+                     {} history rows and its final state ({}): {why}",
+                    events.len(),
+                    rows.len(),
+                    linearizable::brief(live.get(rk))
+                ));
+                // The evidence, for the first few: the operations, the history, the rows.
+                if shown < 5 {
+                    shown += 1;
+                    eprintln!("  {rk}: final state {}", linearizable::brief(live.get(rk)));
+                    let mut sorted: Vec<&Event> = events.iter().collect();
+                    sorted.sort_by_key(|e| e.issued);
+                    for e in sorted {
+                        eprintln!("  {rk}: {}", e.label);
+                    }
+                    for (i, h) in rows.iter().enumerate() {
+                        eprintln!(
+                            "  {rk}: history row {} (oldest first): {} {}",
+                            i + 1,
+                            h.wal_id,
+                            linearizable::brief(h.record.as_ref())
+                        );
+                    }
+                    for row in observed.catalog_rows.iter().filter(|e| &e.row_key == rk) {
+                        eprintln!("  {rk}: catalog row {} {:?}", row.partition_key, RowMeta::of(row));
+                    }
+                }
+            }
+        }
     }
     out
 }
 
-/// The final states of one record identity that the operations touching it allow: the
-/// effect of any operation that no acknowledged operation issued after it ended supersedes.
-fn valid_outcomes(touching: &[(&Op, Effect)]) -> Vec<Effect> {
-    // Superseded: ended before the last acknowledged operation was issued (linear, as the
-    // index lookups check thousands of identities' outcomes).
-    let last_acked = touching.iter().filter(|(a, _)| a.acked).map(|(a, _)| a.issued).max();
-    let maximal: Vec<&(&Op, Effect)> =
-        touching.iter().filter(|(o, _)| last_acked.is_none_or(|issued| issued <= o.ended)).collect();
-    let mut valid: Vec<Effect> = maximal.iter().map(|(_, e)| e.clone()).collect();
-    if !touching.iter().any(|(o, _)| o.acked) || maximal.iter().all(|(o, _)| !o.acked) {
-        // Only unacknowledged operations could be last: any of them may never have been
-        // logged, so the state before them is possible too.
-        valid.push(Effect::Absent);
-        valid.extend(touching.iter().filter(|(o, _)| o.acked).map(|(_, e)| e.clone()));
+/// Sets the WAL id of every intent put on the queue and acknowledged, from the marker its
+/// logging left in shard 0 (markers outlive the run: their time-to-live is far longer).
+async fn resolve_intents(c: &Catalog, names: &Names, history: &mut [Op]) {
+    for op in history.iter_mut().filter(|o| o.acked && o.wal_id.is_none()) {
+        let Some(message) = &op.message else { continue };
+        let key = table_catalog::wal::intent_marker_key(message);
+        let marker = c.store().get(&names.wal_table, table_catalog::wal::SHARD, &key).await.unwrap();
+        op.wal_id = marker.and_then(|m| m.str("id").map(str::to_string));
     }
-    valid
-}
-
-/// The states of identity `rk` that a read issued at `issued` and ended at `ended` (logical
-/// times) may return: the outcomes the operations issued before it ended allow, counting as
-/// acknowledged only those acknowledged before it began (later ones were concurrent with it
-/// and may or may not show).
-fn outcomes_at(ops: &[Op], rk: &str, identity: &Record, issued: u64, ended: u64) -> Vec<Effect> {
-    let before: Vec<Op> = ops
-        .iter()
-        .filter(|o| o.issued < ended)
-        .map(|o| {
-            let acked = o.acked && o.ended < issued;
-            Op { acked, ended: if acked { o.ended } else { u64::MAX }, ..o.clone() }
-        })
-        .collect();
-    let touching: Vec<(&Op, Effect)> = before.iter().filter_map(|o| effect(o, rk, identity).map(|e| (o, e))).collect();
-    valid_outcomes(&touching)
-}
-
-/// Seed 13 on Azurite with 16 shards: an upsert failed (a 503 after its WAL entry was
-/// written) before its id was published; a delete issued after the failure, through another
-/// instance, got a smaller id, so the upsert won. That is the contract (a failed write is
-/// indeterminate), and the model must allow it; an acknowledged upsert stays superseded.
-#[test]
-fn a_failed_write_may_take_effect_after_a_later_acknowledged_delete() {
-    let u = Universe::new();
-    let r = u.paired_record(&mut StdRng::seed_from_u64(13), 0);
-    let f = u.filter_matching(&mut StdRng::seed_from_u64(13), &r);
-    let failed = Op::new(&u, Kind::Upsert(r.clone()), 189, 190, false, None);
-    let acked = Op::new(&u, Kind::Upsert(r.clone()), 189, 190, true, None);
-    let delete = Op::new(&u, Kind::Delete(f), 191, 192, true, None);
-    let outcomes = |up: &Op| valid_outcomes(&[(up, Effect::Write(r.clone())), (&delete, Effect::Absent)]);
-    assert!(outcomes(&failed).contains(&Effect::Write(r.clone())));
-    assert!(outcomes(&failed).contains(&Effect::Absent));
-    assert_eq!(outcomes(&acked), vec![Effect::Absent]);
 }
 
 /// A consistent read of `r`'s identity (by its ICAO code) through `c`. A read refused as
@@ -1099,8 +1256,145 @@ async fn read_back(u: &Universe, c: &Catalog, r: Record, clock: &AtomicU64, seed
                 None
             }
         };
-        return Read { rk, identity: r, issued, ended, found };
+        return Read { rk, issued, ended, found };
     }
+}
+
+/// The outcome of two deliveries of one intent message: logged (with its WAL id) when
+/// either delivery logged it (a redelivery finds the first one's marker), else the first
+/// error. An intent the service rejects fails the run: the checker only queues valid ones.
+fn delivered(
+    a: table_catalog::Result<MessageOutcome>,
+    b: table_catalog::Result<MessageOutcome>,
+    seed: u64,
+    shards: u16,
+) -> table_catalog::Result<Option<String>> {
+    match (a, b) {
+        (Ok(MessageOutcome::Rejected { reason }), _) | (_, Ok(MessageOutcome::Rejected { reason })) => {
+            panic!("seed {seed} shards {shards}: intent rejected: {reason}")
+        }
+        (Ok(MessageOutcome::Applied { id }), _) | (_, Ok(MessageOutcome::Applied { id })) => Ok(id),
+        (Err(e), Err(_)) => Err(e),
+    }
+}
+
+/// Writes by added fields, and late races, of a run (all clients).
+#[derive(Debug, Default)]
+struct AddedCounts {
+    /// Deletes and replaces by an added field refused (`index_not_ready`, `Invalid`).
+    refused: AtomicU64,
+    /// Late races run, and those whose upsert's entry was held late.
+    races: AtomicU64,
+    races_late: AtomicU64,
+    /// Late races in the setting of defect 1 (see [`LateRace::set_up`]).
+    races_set_up: AtomicU64,
+}
+
+/// What a client works with.
+struct Clients<'a> {
+    u: &'a Universe,
+    catalogs: &'a [Arc<Catalog>],
+    /// Each instance's fault injector (same order as `catalogs`).
+    faulty: &'a [Arc<FaultStore>],
+    clock: &'a AtomicU64,
+    seed: u64,
+    shards: u16,
+}
+
+/// What a late race did.
+struct LateRace {
+    /// The operations, in the order they were issued.
+    ops: Vec<Op>,
+    /// The consistent read back of the record, at the end.
+    read: Read,
+    /// The gate held a WAL entry write of the upsert's instance (probably the upsert's own)
+    /// before the upsert returned, and the delete was issued then.
+    late: bool,
+    /// Moreover the delete got a larger WAL id than the upsert and was applied before the
+    /// gate opened: the setting of defect 1.
+    set_up: bool,
+    /// The delete was refused (its instance does not know the index as active).
+    refused: bool,
+}
+
+/// The race of issue 25's defect 1, on an index added online (`field`, active): a record R0
+/// of this client's own with a value of `field`; then an upsert U of the same identity with
+/// another value, whose WAL entry write is held at a [`Gate`] (the next pending-entry write
+/// of U's instance: most likely U's own, its id already taken and being published); once the
+/// write is held (or U returned), a delete by R0's value through another instance, with
+/// `wait` (its instance applies it at once); the gate opens when the delete returned. Then a
+/// consistent read of the record.
+///
+/// R0 was acknowledged before the delete was issued, so the delete sees it; U is concurrent
+/// with the delete. Either order leaves the record live with U's value: U then the delete
+/// (U's value does not match), or the delete then U. With U's entry held, the delete gets a
+/// larger id and is applied before U's entry is pending (the barrier cannot wait for it): it
+/// removes R0, and an engine that then lets U's write lose to the delete's newer tombstones
+/// leaves the record absent, which no order explains.
+async fn late_race(ctx: &Clients<'_>, rng: &mut StdRng, client: usize, field: &str) -> LateRace {
+    let Clients { u, catalogs, faulty, clock, seed, shards } = *ctx;
+    let tick = || clock.fetch_add(1, Ordering::SeqCst);
+    let at = rng.gen_range(0..catalogs.len());
+    let (c, c2) = (&catalogs[at], &catalogs[(at + rng.gen_range(1..catalogs.len().max(2))) % catalogs.len()]);
+    let value = |r: &Record| r[field].as_str().unwrap_or_default().to_string();
+    let redraw = |r: &mut Record, rng: &mut StdRng| {
+        r.insert("v".into(), json!(rng.gen::<u32>()));
+        index_changes::set_values(r);
+    };
+    let mut r0 = u.paired_record(rng, client);
+    while value(&r0).is_empty() {
+        redraw(&mut r0, rng);
+    }
+    let mut r1 = r0.clone();
+    while value(&r1) == value(&r0) {
+        redraw(&mut r1, rng);
+    }
+    let mut ops = Vec::new();
+    let issued = tick();
+    let result = c.upsert(r0.clone(), false).await;
+    let ended = tick();
+    let acked = acknowledged(&result, seed, shards);
+    ops.push(Op::new(u, Kind::Upsert(r0.clone()), issued, ended, acked, logged_id(&result)));
+
+    let filter = (field.to_string(), value(&r0));
+    let gate = Gate::new();
+    let next_entry = Rule::new(&[OpKind::Insert, OpKind::Batch], Trigger::Nth(1), Fault::Hold(gate.clone()));
+    faulty[at].add(next_entry.on(&c.names().wal_table).pending_entries());
+    let u_issued = tick();
+    let upsert = c.upsert(r1.clone(), false);
+    tokio::pin!(upsert);
+    let returned = tokio::select! {
+        r = &mut upsert => Some((r, tick())),
+        _ = gate.reached(1) => None,
+    };
+    let f_issued = tick();
+    let f_result = c2.delete(Filter::new(vec![filter.clone()]), true).await;
+    let f_ended = tick();
+    // Also when the gate held another write of the instance, or nothing yet (then the rule
+    // holds nobody: an open gate lets calls through).
+    gate.open();
+    let late = returned.is_none();
+    let applied_first = late && f_result.as_ref().is_ok_and(|w| w.applied);
+    let (u_result, u_ended) = match returned {
+        Some(done) => done,
+        None => {
+            let r = upsert.await;
+            (r, tick())
+        }
+    };
+    let acked = acknowledged(&u_result, seed, shards);
+    let (u_id, f_id) = (logged_id(&u_result), logged_id(&f_result));
+    ops.push(Op::new(u, Kind::Upsert(r1.clone()), u_issued, u_ended, acked, u_id.clone()));
+    // The conditions of defect 1: the delete, logged with a larger id, applied while U's
+    // entry was held.
+    let set_up = applied_first && u_id.is_some() && f_id > u_id;
+    let refused = refused_filter(&f_result);
+    if !refused {
+        let acked = acknowledged(&f_result, seed, shards);
+        ops.push(Op::new(u, Kind::Delete(filter), f_issued, f_ended, acked, f_id));
+    }
+    let read = read_back(u, c2, r1, clock, seed, shards).await;
+    LateRace { ops, read, late, set_up, refused }
 }
 
 /// Long runs on one backend only: `TC_CHECKER_BACKEND=local` or `azurite`.

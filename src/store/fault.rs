@@ -9,6 +9,12 @@
 //! enough for its lease to expire while it still works (for a fixed time, or until the test
 //! opens a [`Gate`]).
 //!
+//! **Late WAL entries** ([`Fault::Late`], with a rule restricted by [`Rule::pending_entries`]):
+//! a write of pending WAL entries is held for a random time before it reaches the store. The
+//! entry's id was taken from the clock before the write, and the clock publication runs
+//! concurrently, so entries with larger ids can be logged and applied meanwhile: the entry is
+//! *logged late*. The hold is drawn from the store's seeded generator when the rule fires.
+//!
 //! The wrapper also records every committed WAL-entry write (table and entity), so a checker
 //! can know exactly which operations were logged even when the caller saw an error.
 
@@ -37,6 +43,11 @@ pub enum Fault {
     /// Wait until the gate is opened, then call the store: a freeze that lasts exactly as long
     /// as the test needs, whatever the machine's speed.
     Hold(Gate),
+    /// Wait a random time between 0 and this (uniform, drawn from the store's seeded
+    /// generator when the rule fires), then call the store: with
+    /// [`Rule::pending_entries`], a WAL entry that becomes durable late (see the module docs).
+    /// [`FaultStore::late`] counts the holds begun and ended.
+    Late(Duration),
 }
 
 /// A gate for [`Fault::Hold`]: closed until [`Gate::open`]; tells when a call reached it.
@@ -112,13 +123,15 @@ pub struct Rule {
     pub trigger: Trigger,
     /// What it does.
     pub fault: Fault,
+    /// Only calls that write pending WAL entries (see [`Rule::pending_entries`]).
+    pub pending_entries: bool,
     matched: u64,
 }
 
 impl Rule {
     /// A rule for these operations.
     pub fn new(ops: &[OpKind], trigger: Trigger, fault: Fault) -> Rule {
-        Rule { ops: ops.to_vec(), target: None, trigger, fault, matched: 0 }
+        Rule { ops: ops.to_vec(), target: None, trigger, fault, pending_entries: false, matched: 0 }
     }
 
     /// Restricts the rule to one table or queue (builder style).
@@ -126,6 +139,24 @@ impl Rule {
         self.target = Some(target.to_lowercase());
         self
     }
+
+    /// Restricts the rule to calls that write at least one pending WAL entry (an insert of
+    /// one, or a batch inserting one, in a shard partition: `wal`, `wal-01`, ...), leaving
+    /// the clock, leases, checkpoints and markers alone (builder style). Other calls do not
+    /// count as matched.
+    pub fn pending_entries(mut self) -> Rule {
+        self.pending_entries = true;
+        self
+    }
+}
+
+/// Holds of [`Fault::Late`]: begun, and ended (the held call then went on).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LateState {
+    /// Holds begun so far.
+    pub begun: u64,
+    /// Holds ended so far.
+    pub ended: u64,
 }
 
 /// Shorthand: a transient 503.
@@ -146,6 +177,8 @@ pub struct FaultStore {
     injected: AtomicU64,
     /// Committed WAL-entry writes: (table, entity), for checkers.
     wal_log: Mutex<Vec<(String, Entity)>>,
+    /// Holds of [`Fault::Late`].
+    late: tokio::sync::watch::Sender<LateState>,
 }
 
 impl FaultStore {
@@ -157,10 +190,11 @@ impl FaultStore {
             calls: AtomicU64::new(0),
             injected: AtomicU64::new(0),
             wal_log: Mutex::new(Vec::new()),
+            late: tokio::sync::watch::Sender::new(LateState::default()),
         }
     }
 
-    /// Adds a rule.
+    /// Adds a rule. A [`Trigger::Nth`] rule is removed once it fired.
     pub fn add(&self, rule: Rule) {
         if let Ok(mut s) = self.state.lock() {
             s.rules.push(rule);
@@ -185,15 +219,27 @@ impl FaultStore {
         self.wal_log.lock().map(|l| l.clone()).unwrap_or_default()
     }
 
-    fn pick(&self, op: OpKind, target: &str) -> Option<Fault> {
+    /// Watches the holds of [`Fault::Late`] (e.g. to issue an operation while an entry is
+    /// surely being held, without sleeping).
+    pub fn late(&self) -> tokio::sync::watch::Receiver<LateState> {
+        self.late.subscribe()
+    }
+
+    /// The fault for a call of `op` on `target`; `entries`: whether it writes pending WAL
+    /// entries. A [`Fault::Late`] comes back with the hold drawn for this call.
+    fn pick(&self, op: OpKind, target: &str, entries: bool) -> Option<Fault> {
         self.calls.fetch_add(1, Ordering::Relaxed);
         let mut s = self.state.lock().ok()?;
         let State { rules, rng } = &mut *s;
+        let mut picked = None;
         for rule in rules.iter_mut() {
             if !rule.ops.is_empty() && !rule.ops.contains(&op) {
                 continue;
             }
             if rule.target.as_deref().is_some_and(|t| t != target.to_lowercase()) {
+                continue;
+            }
+            if rule.pending_entries && !entries {
                 continue;
             }
             rule.matched += 1;
@@ -204,10 +250,22 @@ impl FaultStore {
             };
             if fire {
                 self.injected.fetch_add(1, Ordering::Relaxed);
-                return Some(rule.fault.clone());
+                let fault = match &rule.fault {
+                    Fault::Late(max) => {
+                        let micros = u64::try_from(max.as_micros()).unwrap_or(u64::MAX);
+                        Fault::Late(Duration::from_micros(rng.gen_range(0..=micros)))
+                    }
+                    other => other.clone(),
+                };
+                picked = Some(fault);
+                break;
             }
         }
-        None
+        if picked.is_some() {
+            // Spent: a test that arms one-shot rules again and again keeps the list short.
+            rules.retain(|r| !matches!(r.trigger, Trigger::Nth(n) if r.matched >= n));
+        }
+        picked
     }
 
     async fn run<T>(
@@ -216,7 +274,18 @@ impl FaultStore {
         target: &str,
         call: impl std::future::Future<Output = StoreResult<T>>,
     ) -> StoreResult<T> {
-        match self.pick(op, target) {
+        self.run_writing(op, target, false, call).await
+    }
+
+    /// [`FaultStore::run`] of a call that writes pending WAL entries when `entries`.
+    async fn run_writing<T>(
+        &self,
+        op: OpKind,
+        target: &str,
+        entries: bool,
+        call: impl std::future::Future<Output = StoreResult<T>>,
+    ) -> StoreResult<T> {
+        match self.pick(op, target, entries) {
             None => call.await,
             Some(Fault::Fail(e)) => Err(e),
             Some(Fault::CommitThenFail(e)) => {
@@ -231,20 +300,29 @@ impl FaultStore {
                 gate.pass().await;
                 call.await
             }
+            Some(Fault::Late(hold)) => {
+                self.late.send_modify(|s| s.begun += 1);
+                tokio::time::sleep(hold).await;
+                self.late.send_modify(|s| s.ended += 1);
+                call.await
+            }
         }
     }
 
     fn record(&self, table: &str, entities: impl IntoIterator<Item = Entity>) {
         if let Ok(mut log) = self.wal_log.lock() {
             for e in entities {
-                if crate::wal::ShardId::from_partition(&e.partition_key).is_some()
-                    && e.row_key.as_str() < crate::wal::PENDING_BEFORE
-                {
+                if is_pending_entry(&e) {
                     log.push((table.to_string(), e));
                 }
             }
         }
     }
+}
+
+/// Whether `e` is a pending WAL entry: in a shard partition, below the markers.
+fn is_pending_entry(e: &Entity) -> bool {
+    crate::wal::ShardId::from_partition(&e.partition_key).is_some() && e.row_key.as_str() < crate::wal::PENDING_BEFORE
 }
 
 #[async_trait]
@@ -259,7 +337,7 @@ impl TableStore for FaultStore {
         self.run(OpKind::Get, table, self.inner.get(table, pk, rk)).await
     }
     async fn insert(&self, table: &str, entity: &Entity) -> StoreResult<ETag> {
-        self.run(OpKind::Insert, table, async {
+        self.run_writing(OpKind::Insert, table, is_pending_entry(entity), async {
             let r = self.inner.insert(table, entity).await;
             if r.is_ok() {
                 self.record(table, [entity.clone()]);
@@ -303,7 +381,8 @@ impl TableStore for FaultStore {
         self.run(OpKind::Query, table, self.inner.count_range(table, pk, range)).await
     }
     async fn batch(&self, table: &str, pk: &str, ops: &[BatchOp]) -> StoreResult<Vec<Option<ETag>>> {
-        self.run(OpKind::Batch, table, async {
+        let entries = ops.iter().any(|op| matches!(op, BatchOp::Insert(e) if is_pending_entry(e)));
+        self.run_writing(OpKind::Batch, table, entries, async {
             let r = self.inner.batch(table, pk, ops).await;
             if r.is_ok() {
                 self.record(

@@ -28,10 +28,16 @@
 //! - an answer: it was active (or backfilling, with `allow_partial`).
 //!
 //! A consistent lookup made while the index was surely active (the whole widened window lies
-//! between the poll that first saw it active and the drop) must return exactly the records the
-//! model allows: every record it returns has the value and is a state of its identity that
-//! the operations allow (as the checker's consistent reads by ICAO code), and every identity
-//! it does not return may be absent or have another value.
+//! between the poll that first saw it active and the drop) is checked exactly: every record
+//! it returns has the value, and the lookup becomes a read of every identity for the
+//! per-record linearizability check ([`super::linearizable`]: a returned record must be the
+//! identity's state at some instant of the lookup, an identity not returned absent or without
+//! the value then).
+//!
+//! **Writes by added fields.** The clients also delete and replace by `field = value` of an
+//! index they believe active ([`Timeline::active_fields`], [`added_filter`]); an instance
+//! that does not know the index (yet, or any more) refuses the write with `index_not_ready`
+//! or `Invalid`, having written nothing.
 //!
 //! **At quiescence** ([`check_final`]): no index is backfilling or dropping, `verify` with the
 //! final schema reports nothing (the caller asserts it; `moved_row` included), every active
@@ -60,7 +66,8 @@ use table_catalog::schema::IndexState;
 use table_catalog::store::PartitionRange;
 use table_catalog::Error;
 
-use super::{outcomes_at, Effect, Op, Universe};
+use super::linearizable::Filter as FieldFilter;
+use super::{Op, Universe};
 
 /// The fields the operator adds and drops, with the values the clients give them (an empty
 /// value: no row of that index).
@@ -73,6 +80,15 @@ pub const FIELDS: [(&str, &[&str]); 3] = [
 /// How much older than the lookup the schema copy it answers from may be: the lookup
 /// re-reads a copy older than [`indexes::LOOKUP_SCHEMA_AGE`], plus 1 s for the read itself.
 pub const STALE: Duration = Duration::from_secs(indexes::LOOKUP_SCHEMA_AGE.as_secs() + 1);
+
+/// A filter on `field` (an added one) with one of its non-empty values.
+pub fn added_filter(rng: &mut StdRng, field: &str) -> (String, String) {
+    let values: Vec<&str> = FIELDS
+        .iter()
+        .find(|(f, _)| *f == field)
+        .map_or(Vec::new(), |(_, v)| v.iter().copied().filter(|v| !v.is_empty()).collect());
+    (field.to_string(), values[rng.gen_range(0..values.len())].to_string())
+}
 
 /// Sets the added-index fields of `r` from its `v` (so the clients' random streams stay
 /// those of the checker without indexes).
@@ -151,6 +167,21 @@ impl Timeline {
             }
         }
         out.join("; ")
+    }
+
+    /// The fields whose index the operator saw active and has not begun to drop: where the
+    /// clients' writes by added fields go (an instance may still refuse them).
+    pub fn active_fields(&self) -> Vec<&'static str> {
+        let all = self.epochs.lock().unwrap();
+        FIELDS
+            .iter()
+            .map(|(f, _)| *f)
+            .filter(|f| {
+                all.get(*f)
+                    .and_then(|e| e.last())
+                    .is_some_and(|e| e.active_seen.is_some() && e.dropped_issued.is_none())
+            })
+            .collect()
     }
 
     fn epochs(&self, field: &str) -> Vec<Epoch> {
@@ -416,7 +447,7 @@ pub struct Lookup {
     value: &'static str,
     mode: Mode,
     instance: usize,
-    /// Logical times (the clients' clock), for the model of the records.
+    /// Logical times (the clients' clock), for the per-record check.
     issued: u64,
     ended: u64,
     at: Instant,
@@ -504,8 +535,8 @@ pub struct LookupCounts {
     pub not_ready: u64,
     pub invalid: u64,
     pub answered: u64,
-    /// Consistent lookups whose records were checked against the model, and the records
-    /// they returned.
+    /// Consistent lookups checked exactly (reads of every identity for the per-record
+    /// linearizability check), and the records they returned.
     pub exact: u64,
     pub exact_records: u64,
 }
@@ -514,29 +545,47 @@ fn has_value(r: &Record, field: &str, value: &str) -> bool {
     r.get(field).and_then(|v| v.as_str()).is_some_and(|v| !v.is_empty() && v.to_lowercase() == value.to_lowercase())
 }
 
+/// A consistent lookup made while its index was surely active: what the per-record check
+/// reads from it.
+#[derive(Debug, Clone)]
+pub struct ExactLookup {
+    pub filter: FieldFilter,
+    /// Logical times (the clients' clock).
+    pub issued: u64,
+    pub ended: u64,
+    /// The records it returned, by RowKey.
+    pub found: BTreeMap<String, Record>,
+    /// How reports name it.
+    pub what: String,
+}
+
 /// Checks every lookup against the timeline and, for consistent lookups while the index was
-/// surely active, against the model of the records (`touching`: per identity, its identity
-/// record and the operations touching it). Returns the violations.
+/// surely active, that each record returned is one of `identities` (RowKey: a record of it)
+/// with the value, once. Returns the violations, and those exact lookups for the per-record
+/// check.
 pub fn check_lookups(
     u: &Universe,
     lookups: &[Lookup],
     timeline: &Timeline,
-    touching: &BTreeMap<String, (Record, Vec<Op>)>,
+    identities: &BTreeMap<String, Record>,
     counts: &mut LookupCounts,
-) -> Vec<String> {
+) -> (Vec<String>, Vec<ExactLookup>) {
     let mut out = Vec::new();
+    let mut exact = Vec::new();
     for l in lookups {
         let from = l.at.checked_sub(STALE).unwrap_or(timeline.start);
         let partial = l.mode == Mode::Partial;
         let at = |t: Instant| t.saturating_duration_since(timeline.start).as_secs_f64();
         let what = format!(
-            "{:?} lookup {}={} through instance {} ({:.3} s to {:.3} s)",
+            "{:?} lookup {}={} through instance {} ({:.3} s to {:.3} s, logical {}-{})",
             l.mode,
             l.field,
             l.value,
             l.instance,
             at(l.at),
-            at(l.until)
+            at(l.until),
+            l.issued,
+            l.ended
         );
         let seen = match &l.answer {
             Answer::Seen(s) => *s,
@@ -560,42 +609,26 @@ pub fn check_lookups(
         }
         counts.exact += 1;
         counts.exact_records += found.len() as u64;
-        let mut got: BTreeMap<&str, &Record> = BTreeMap::new();
+        let mut got: BTreeMap<String, Record> = BTreeMap::new();
         for (rk, r) in found {
-            if got.insert(rk.as_str(), r).is_some() {
+            if got.insert(rk.clone(), r.clone()).is_some() {
                 out.push(format!("{what}: returned {rk} twice"));
             }
             if u.row_key(r) != *rk || !has_value(r, l.field, l.value) {
                 out.push(format!("{what}: returned {rk} without that value: {r:?}"));
             }
-            if !touching.contains_key(rk) {
+            if !identities.contains_key(rk) {
                 out.push(format!("{what}: returned {rk}, which nobody wrote"));
             }
         }
-        for (rk, (identity, ops)) in touching {
-            let outcomes = outcomes_at(ops, rk, identity, l.issued, l.ended);
-            let ok = match got.get(rk.as_str()) {
-                Some(r) => outcomes.contains(&Effect::Write((*r).clone())),
-                None => outcomes.iter().any(|o| match o {
-                    Effect::Absent => true,
-                    Effect::Write(r) => !has_value(r, l.field, l.value),
-                }),
-            };
-            if !ok {
-                out.push(format!(
-                    "{what}: {rk} {} but the operations before it allow only {} state(s) {}",
-                    if got.contains_key(rk.as_str()) { "was returned" } else { "was not returned" },
-                    outcomes.len(),
-                    if got.contains_key(rk.as_str()) { "(not this one)" } else { "with that value" }
-                ));
-            }
-        }
+        let filter = (l.field.to_string(), l.value.to_string());
+        exact.push(ExactLookup { filter, issued: l.issued, ended: l.ended, found: got, what });
     }
-    out
+    (out, exact)
 }
 
 /// The checks at quiescence (see the module docs); `live` is the final state (already
-/// checked against the model). Returns the violations and a summary.
+/// checked per record). Returns the violations and a summary.
 pub async fn check_final(c: &Catalog, live: &BTreeMap<String, Record>) -> (Vec<String>, String) {
     let mut out = Vec::new();
     let now = states(c).await;
