@@ -325,8 +325,22 @@ impl Catalog {
             Op::Upsert { record } | Op::Replace { record, .. } => Some(record.clone()),
             Op::Delete { .. } | Op::Schema { .. } => None,
         };
+        let on_added = match &op {
+            Op::Replace { filter, .. } | Op::Delete { filter } => {
+                filter.fields.iter().any(|(f, _)| !schema.identity_keys().contains(f))
+            }
+            Op::Upsert { .. } | Op::Schema { .. } => false,
+        };
         let id = self.wal.append_under(vec![(shard, op)], schema.version()).await?.remove(0);
         self.hint(shard, &id);
+        if on_added && self.wal.current_schema_version().await? > schema.version() {
+            // A filter on an added index, durable only after an index change was made: if the
+            // change drops the index, the entry may be applied after the drop and then takes
+            // no effect. Not acknowledged: it may or may not take effect.
+            return Err(Error::Store(crate::store::StoreError::Unavailable(format!(
+                "the catalog's indexes changed while this write was being logged (write {id}); it may or may not take effect: retry it"
+            ))));
+        }
         let applied = if wait { self.wait_applied(shard, &id).await? } else { false };
         Ok(Written { id: id.to_string(), shard: Some(shard), record, applied })
     }

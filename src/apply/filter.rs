@@ -13,6 +13,7 @@ use super::Applier;
 use crate::error::Result;
 use crate::history::{Change, ChangeOp};
 use crate::query::Filter;
+use crate::schema::IndexState;
 use crate::record::{self, Record, RowMeta};
 use crate::store::{pager, BatchOp, Entity, Value, MAX_BATCH_OPS, MAX_PAGE};
 use crate::wal::{Op, WalEntry, WalId, TOMBSTONES};
@@ -41,12 +42,16 @@ impl Applier {
         };
         let op = if new_record.is_some() { ChangeOp::Replace } else { ChangeOp::Delete };
         let schema = self.schema();
-        // Validated against an active index when logged; the index was dropped since.
-        if let Some((field, _)) = filter.fields.iter().find(|(f, _)| !schema.is_index(f)) {
-            return Err(crate::Error::invalid(format!(
-                "filter: index '{field}' was dropped before this entry was applied; active index fields are {}",
-                schema.active_keys().join(", ")
-            )));
+        // Validated against an active index when logged. An index being dropped keeps its rows
+        // until the drop's job runs, which starts only once the drop's entry is applied, and
+        // every entry before it in shard 0 is applied first: resolve through it. An index
+        // gone altogether can only meet an entry logged late after the drop, which was never
+        // acknowledged (the writer re-reads the schema version once its entry is durable,
+        // `Catalog::log`): it takes no effect, like any unacknowledged write may.
+        let usable = |f: &str| schema.is_index(f) || schema.index_state(f) == Some(IndexState::Dropping);
+        if let Some((field, _)) = filter.fields.iter().find(|(f, _)| !usable(f)) {
+            tracing::warn!(wal_id = %entry.id, %field, "filter on an index dropped before this entry was applied: no effect");
+            return Ok(());
         }
         let new_keys = new_record.map(|r| schema.record_keys(r)).transpose()?;
         let new_identity = new_keys.as_ref().map(|k| &k.row_key);

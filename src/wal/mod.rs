@@ -232,6 +232,12 @@ impl Wal {
         self.appender.clock.high_water(self.store.as_ref(), &self.table).await
     }
 
+    /// The catalog's schema version as the clock partition holds it now (one query of at
+    /// most two entities, [`clock::Clock::read`]).
+    pub async fn current_schema_version(&self) -> Result<u64> {
+        Ok(self.appender.clock.read(self.store.as_ref(), &self.table).await?.schema_version)
+    }
+
     /// This process's share of the catalog's writes, as its clock reads see it
     /// ([`clock::WriteShare`]).
     pub fn write_share(&self) -> clock::WriteShare {
