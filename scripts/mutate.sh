@@ -108,13 +108,15 @@ check_all() {
 }
 
 # A fresh copy of the work tree (tracked and untracked, not ignored files, as they are now,
-# uncommitted changes included) at $scratch.
+# uncommitted changes included) at $scratch. Every file gets the current time as its mtime
+# (tar -m): cargo decides what to rebuild by mtimes, and a file restored with its old mtime
+# after a mutant changed it would let cargo reuse the mutant's build.
 copy_tree() {
     [ "$scratch" != / ] && [ -n "$scratch" ] || die "bad scratch path '$scratch'"
     rm -rf "$scratch"
     mkdir -p "$scratch"
     (cd "$repo" && git ls-files -z --cached --others --exclude-standard |
-        tar --null --ignore-failed-read -T - -cf - 2>/dev/null) | tar -xf - -C "$scratch" ||
+        tar --null --ignore-failed-read -T - -cf - 2>/dev/null) | tar -xmf - -C "$scratch" ||
         die "could not copy the work tree to $scratch"
     [ -f "$scratch/Cargo.toml" ] || die "could not copy the work tree to $scratch"
 }
