@@ -14,6 +14,10 @@
 //!   pending entry then looks empty to the barrier and to the read-your-writes catch-up.
 //! - A delete D logged late (id below a later delete F of the same record, applied after F)
 //!   is a valid order: F, D.
+//! - The barrier's two own-shard and re-check steps (docs/ARCHITECTURE.md, "The low-watermark
+//!   barrier", (2) and (4)), each with a choreography in which skipping the step loses an
+//!   acknowledged write or applies it out of order (scripts/mutants: `no-restart`,
+//!   `seal-without-recheck`).
 #![cfg(feature = "fault-injection")]
 
 mod common;
@@ -24,6 +28,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use serde_json::json;
+use table_catalog::apply::DRAIN_PAGE;
 use table_catalog::catalog::{Catalog, CatalogOptions, Written};
 use table_catalog::config::Names;
 use table_catalog::history::{ChangeOp, HistoryOptions};
@@ -33,6 +38,7 @@ use table_catalog::record::Record;
 use table_catalog::schema::IndexState;
 use table_catalog::server::ServeOptions;
 use table_catalog::store::fault::{Fault, FaultStore, Gate, OpKind, Rule, Trigger};
+use table_catalog::store::layer::{Call, Layer, LayeredStore, Returned};
 use table_catalog::store::{
     BatchOp, ETag, Entity, IfMatch, Page, PartitionRange, QueueStore, ReceivedMessage, RowRange, Store, StoreResult,
     TableStore,
@@ -502,5 +508,314 @@ async fn a_consistent_read_sees_an_upsert_behind_an_empty_first_page() {
         );
         shaped.disarm();
         drain(&[&c], &label).await;
+    }
+}
+
+/// A door for the store layers below: calls held at it wait until the test opens it.
+#[derive(Clone)]
+struct Door(Arc<tokio::sync::watch::Sender<(u64, bool)>>);
+
+impl Door {
+    fn new() -> Door {
+        Door(Arc::new(tokio::sync::watch::Sender::new((0, false))))
+    }
+
+    /// Waits here until the door is open (counted as arrived at once).
+    async fn pass(&self) {
+        let mut rx = self.0.subscribe();
+        self.0.send_modify(|s| s.0 += 1);
+        let _ = rx.wait_for(|s| s.1).await;
+    }
+
+    /// Resolves once `n` calls have arrived at the door.
+    async fn reached(&self, n: u64) {
+        let mut rx = self.0.subscribe();
+        let _ = rx.wait_for(|s| s.0 >= n).await;
+    }
+
+    fn arrived(&self) -> u64 {
+        self.0.borrow().0
+    }
+
+    fn open(&self) {
+        self.0.send_modify(|s| s.1 = true);
+    }
+}
+
+/// A store layer that, once armed, holds the read of the page that follows a full page
+/// ([`DRAIN_PAGE`] entries) of one WAL pending partition: an apply pass has read its first
+/// page, and its read of the second waits at the door.
+struct HoldNextPage {
+    table: String,
+    partition: String,
+    armed: AtomicBool,
+    next: AtomicBool,
+    door: Door,
+}
+
+impl HoldNextPage {
+    fn new(table: &str, partition: &str) -> HoldNextPage {
+        HoldNextPage {
+            table: table.to_lowercase(),
+            partition: partition.to_string(),
+            armed: AtomicBool::new(false),
+            next: AtomicBool::new(false),
+            door: Door::new(),
+        }
+    }
+}
+
+impl Layer for HoldNextPage {
+    async fn run<'a, T, F, Fut>(&'a self, call: Call<'a>, mut attempt: F) -> StoreResult<T>
+    where
+        T: Returned + Send + 'a,
+        F: FnMut() -> Fut + Send + 'a,
+        Fut: std::future::Future<Output = StoreResult<T>> + Send + 'a,
+    {
+        let pending_query = call.op == OpKind::Query
+            && call.target.to_lowercase() == self.table
+            && call.partition_key == Some(self.partition.as_str());
+        if pending_query && self.next.swap(false, Ordering::SeqCst) {
+            self.door.pass().await;
+        }
+        let result = attempt().await;
+        if pending_query
+            && result.as_ref().is_ok_and(|r| r.returned() == DRAIN_PAGE)
+            && self.armed.swap(false, Ordering::SeqCst)
+        {
+            self.next.store(true, Ordering::SeqCst);
+        }
+        result
+    }
+}
+
+/// A record in `shard` (of [`SHARDS`]), its name varied until its RowKey lands there.
+fn in_shard(shard: u16, icao: &str, iata: &str, name: &str) -> Record {
+    let schema = common::airports_schema();
+    (0..10_000)
+        .map(|i| {
+            json!({"icao": icao, "iata": iata, "lid": iata, "name": format!("{name} {i}")})
+                .as_object()
+                .cloned()
+                .unwrap()
+        })
+        .find(|r| ShardId::for_row_key(&schema.record_keys(r).unwrap().row_key, SHARDS).index() == shard)
+        .unwrap()
+}
+
+/// Barrier step (2) for the filter entry's own shard ([`Passed::Restart`]). U, an upsert in
+/// shard 0, takes its id and is held; a backlog of `DRAIN_PAGE + 1` upserts is logged in
+/// shard 0 after it; the applier of shard 0 reads the backlog's first page (without U) and
+/// its read of the next page is held. U is then written and acknowledged, and only then is a
+/// delete F of U's record issued (shard 0, id above everything). The next page holds the
+/// rest of the backlog and F, not U (its id is below the first page's last one). U was
+/// acknowledged before F was issued, so F must delete U's record: F's barrier finds U
+/// pending below F and outside the page, and the pass restarts from U. An applier that
+/// ignores such an entry lets F resolve without U, and U, read after F's seal, is stamped
+/// above F: U's record survives a delete issued after U was acknowledged.
+/// (`scripts/mutants/no-restart.patch`.)
+///
+/// [`Passed::Restart`]: table_catalog::apply::barrier::Passed::Restart
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delete_sees_an_upsert_of_its_own_shard_that_became_durable_behind_the_page_being_applied() {
+    for backend in common::backends() {
+        let label = format!("{backend:?}");
+        let inner = common::store(backend);
+        let names = Names::new(&common::unique_name("restart"), None, None).unwrap();
+        let layer = Arc::new(HoldNextPage::new(&names.wal_table, &ShardId::ZERO.partition()));
+        let b = open(Arc::new(LayeredStore::with_layer(inner.clone(), layer.clone())), &names, options()).await;
+        let slow = Arc::new(FaultStore::new(inner.clone(), 1));
+        let a = open(slow.clone(), &names, options()).await;
+
+        // U takes its id; its entry is held.
+        let u = in_shard(0, "KUUU", "UUU", "Uniform field");
+        let gate = hold_next_entry(&slow, &names);
+        let late = tokio::spawn({
+            let (a, u) = (a.clone(), u.clone());
+            async move { a.upsert(u, false).await }
+        });
+        within(&format!("{label}: U's entry insert reaches the gate"), gate.reached(1)).await;
+
+        // A backlog in shard 0, logged after U's id was taken.
+        let backlog: Vec<Record> = (0..10_000)
+            .map(|i| in_shard(0, &format!("E{i:03}"), &format!("X{i:03}"), &format!("Echo field {i}")))
+            .take(DRAIN_PAGE + 1)
+            .collect();
+        let logged = b.upsert_many(backlog, false).await.unwrap();
+        assert!(logged.iter().all(Result::is_ok), "{label}: the backlog is logged");
+
+        // The applier of shard 0 reads the first page; its read of the next page is held.
+        layer.armed.store(true, Ordering::SeqCst);
+        let pass = tokio::spawn({
+            let b = b.clone();
+            async move { b.applier().apply_shard(ShardId::ZERO).await }
+        });
+        within(&format!("{label}: the read of the second page reaches the door"), layer.door.reached(1)).await;
+        assert_eq!(gate.state().passed, 0, "{label}: U was not durable when the first page was read");
+
+        // U is written and acknowledged; then F is issued.
+        gate.open();
+        let up = within(&format!("{label}: U is acknowledged"), late).await.unwrap().unwrap();
+        assert_eq!(up.shard, Some(ShardId::ZERO), "{label}: U is logged in shard 0");
+        let del = b.delete(f("iata", "UUU"), false).await.unwrap();
+        assert!(id(&up) < id(&del), "{label}: U's id {} is below F's {}", up.id, del.id);
+        let first = WalId::parse(logged[0].as_ref().unwrap()).unwrap();
+        assert!(id(&up) < first, "{label}: U's id {} is below the backlog's {first}", up.id);
+
+        layer.door.open();
+        within(&format!("{label}: the pass over shard 0"), pass).await.unwrap().unwrap();
+        assert_eq!(layer.door.arrived(), 1, "{label}: the second page was held once");
+        drain(&[&b, &a], &label).await;
+        let found = b.query_all(&f("icao", "KUUU")).await.unwrap();
+        assert!(
+            found.is_empty(),
+            "{label}: U (acknowledged as {} before the delete {} was issued) survived the delete: {found:?}",
+            up.id,
+            del.id
+        );
+        verify_clean(&b, &label).await;
+    }
+}
+
+/// A store layer that, once armed, holds every write of a seal row at the door (a barrier
+/// that passed its first check waits there before any seal is raised; reads of the seals, as
+/// the stamping after each page makes, go on), and counts the completed queries of one WAL
+/// pending partition.
+struct HoldSeals {
+    table: String,
+    partition: String,
+    armed: AtomicBool,
+    door: Door,
+    queries: AtomicU64,
+}
+
+impl HoldSeals {
+    fn new(table: &str, partition: &str) -> HoldSeals {
+        HoldSeals {
+            table: table.to_lowercase(),
+            partition: partition.to_string(),
+            armed: AtomicBool::new(false),
+            door: Door::new(),
+            queries: AtomicU64::new(0),
+        }
+    }
+
+    fn queries(&self) -> u64 {
+        self.queries.load(Ordering::SeqCst)
+    }
+}
+
+impl Layer for HoldSeals {
+    async fn run<'a, T, F, Fut>(&'a self, call: Call<'a>, mut attempt: F) -> StoreResult<T>
+    where
+        T: Returned + Send + 'a,
+        F: FnMut() -> Fut + Send + 'a,
+        Fut: std::future::Future<Output = StoreResult<T>> + Send + 'a,
+    {
+        let wal = call.target.to_lowercase() == self.table;
+        let seal_write =
+            matches!(call.op, OpKind::Insert | OpKind::Replace | OpKind::Upsert) && call.row_key == Some("seal");
+        if wal && seal_write && self.armed.load(Ordering::SeqCst) {
+            self.door.pass().await;
+        }
+        let result = attempt().await;
+        if wal && call.op == OpKind::Query && call.partition_key == Some(self.partition.as_str()) {
+            self.queries.fetch_add(1, Ordering::SeqCst);
+        }
+        result
+    }
+}
+
+/// Barrier step (4), the check after the seals. An index `country` added online; R0
+/// (country US, in shard 3) applied. U = upsert of R with country CA takes its id and is
+/// held; F = delete country=US is logged, and its applier passes the first check (U is
+/// pending nowhere) and is held before it raises the seals. U is then written and
+/// acknowledged, and U's applier reads U and shard 3's seal (not raised yet: U is not
+/// stamped) and is held before it reads R's owner row. Then the seals are raised. U is
+/// concurrent with F and every order keeps R with CA (as in the first test). The check after
+/// the seals finds U pending below F and waits until U is applied, so F no longer matches R.
+/// A barrier that seals without checking again lets F resolve now: it tombstones R0's rows
+/// with F's id, and U, applied afterwards with its own (smaller, unstamped) id, finds F's
+/// tombstone on the owner row and writes nothing: R is gone.
+/// (`scripts/mutants/seal-without-recheck.patch`.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upsert_read_before_the_seals_were_raised_is_applied_before_the_delete_resolves() {
+    for backend in common::backends() {
+        let label = format!("{backend:?}");
+        let inner = common::store(backend);
+        let names = Names::new(&common::unique_name("reseal"), None, None).unwrap();
+        let shard = ShardId::new(3).unwrap();
+        let layer = Arc::new(HoldSeals::new(&names.wal_table, &shard.partition()));
+        let b = open(Arc::new(LayeredStore::with_layer(inner.clone(), layer.clone())), &names, options()).await;
+        add_index_until_active(&b, "country", &label).await;
+        let base = in_shard(3, "KRRR", "RRR", "Romeo field");
+        let r3 = |country: &str| {
+            let mut r = base.clone();
+            r.insert("country".into(), json!(country));
+            r
+        };
+        b.upsert(r3("US"), true).await.unwrap();
+        assert_eq!(b.query_all(&f("country", "US")).await.unwrap(), vec![r3("US")], "{label}: R0 applied");
+        let slow = Arc::new(FaultStore::new(inner.clone(), 1));
+        let a = open(slow.clone(), &names, options()).await;
+
+        // U takes its id; its entry is held.
+        let gate = hold_next_entry(&slow, &names);
+        let late = tokio::spawn({
+            let (a, u) = (a.clone(), r3("CA"));
+            async move { a.upsert(u, false).await }
+        });
+        within(&format!("{label}: U's entry insert reaches the gate"), gate.reached(1)).await;
+
+        // F is logged; its applier passes the first check and waits before the seals.
+        let del = b.delete(f("country", "US"), false).await.unwrap();
+        layer.armed.store(true, Ordering::SeqCst);
+        let pass_f = tokio::spawn({
+            let b = b.clone();
+            async move { b.applier().apply_shard(ShardId::ZERO).await }
+        });
+        within(&format!("{label}: F's barrier reaches the seals"), layer.door.reached(1)).await;
+
+        // U is written and acknowledged; its applier reads it and the seal, and is held at
+        // its first read of the catalog table (R's owner row).
+        gate.open();
+        let up = within(&format!("{label}: U is acknowledged"), late).await.unwrap().unwrap();
+        assert_eq!(up.shard, Some(shard), "{label}: U is logged in shard 3");
+        assert!(id(&up) < id(&del), "{label}: U's id {} is below F's {}", up.id, del.id);
+        let owner_read = Gate::new();
+        slow.add(Rule::new(&[OpKind::Get], Trigger::Nth(1), Fault::Hold(owner_read.clone())).on(&names.table));
+        let pass_u = tokio::spawn({
+            let a = a.clone();
+            async move { a.applier().apply_shard(shard).await }
+        });
+        within(&format!("{label}: U's applier reaches R's owner row"), owner_read.reached(1)).await;
+
+        // The seals are raised. Then either F's barrier checks shard 3 again (and finds U
+        // pending), or F resolves at once: wait for whichever happens, then let U go on.
+        let before = layer.queries();
+        layer.door.open();
+        within(&format!("{label}: F's barrier checks again or F resolves"), async {
+            while !pass_f.is_finished() && layer.queries() == before {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        })
+        .await;
+        owner_read.open();
+        within(&format!("{label}: U's pass"), pass_u).await.unwrap().unwrap();
+        within(&format!("{label}: F's pass"), pass_f).await.unwrap().unwrap();
+        assert_eq!(owner_read.state().passed, 1, "{label}: U's owner-row read was held");
+
+        drain(&[&b, &a], &label).await;
+        let by_icao = b.query_all(&f("icao", "KRRR")).await.unwrap();
+        let by_us = b.query_all(&f("country", "US")).await.unwrap();
+        assert_eq!(
+            (by_icao.clone(), by_us.clone()),
+            (vec![r3("CA")], vec![]),
+            "{label}: R (upserted to CA concurrently with the delete of US, acknowledged as {} below the \
+             delete's {}) must survive, live with CA; got icao=KRRR -> {by_icao:?}, country=US -> {by_us:?}",
+            up.id,
+            del.id
+        );
+        verify_clean(&b, &label).await;
     }
 }

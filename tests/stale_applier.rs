@@ -22,6 +22,7 @@ use table_catalog::record::Record;
 use table_catalog::store::fault::{Fault, FaultStore, Gate, OpKind, Rule, Trigger};
 use table_catalog::store::Store;
 use table_catalog::verify;
+use table_catalog::wal::{ShardId, WalId};
 
 fn jfk(v: u32) -> Record {
     json!({"icao": "KJFK", "iata": "JFK", "lid": "JFK", "name": "John F Kennedy International Airport", "v": v})
@@ -247,5 +248,50 @@ async fn lease_lost_mid_page_scenario(backend: common::Backend) {
 async fn regression_applier_losing_its_lease_mid_page_keeps_the_groups_it_applied() {
     for backend in common::backends() {
         lease_lost_mid_page_scenario(backend).await;
+    }
+}
+
+/// Order step 4 for a replace's new record ("what was applied early with a larger effective
+/// id stays on top"). A replace R (shard 0) whose new record is JFK v=1 stays pending (shard
+/// 0's lease held, as by a slow applier) while a newer upsert of JFK, v=2, is logged and
+/// applied in JFK's shard. R is applied afterwards: its filter matches nothing, and its new
+/// record's rows, written with R's smaller id, must lose against v=2's (fenced writes), as if
+/// R had been applied first. A replace that writes its new record unconditionally brings v=1
+/// back over a write acknowledged after it (`scripts/mutants/no-fence.patch`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_older_replace_applied_after_a_newer_upsert_of_its_record_leaves_the_newer_version() {
+    for backend in common::backends() {
+        let names = Names::new(&common::unique_name("fence"), None, None).unwrap();
+        let c =
+            Catalog::open(common::store(backend), names.clone(), common::airports_schema(), CatalogOptions::default())
+                .await
+                .unwrap();
+        // JFK with its name varied until its upserts are logged in another shard than 0.
+        let schema = c.schema();
+        let named = |i: u32, v: u32| {
+            let mut r = jfk(v);
+            r.insert("name".into(), json!(format!("John F Kennedy International Airport {i}")));
+            r
+        };
+        let i = (0..1000)
+            .find(|i| c.applier().shard_of(&schema.record_keys(&named(*i, 1)).unwrap().row_key) != ShardId::ZERO)
+            .unwrap();
+        let lease = c.wal().acquire_lease(ShardId::ZERO).await.unwrap().expect("shard 0 lease");
+        let replace = c.replace(Filter::new(vec![("icao".into(), "NONE".into())]), named(i, 1), false).await.unwrap();
+        let newer = within("the newer upsert applies", c.upsert(named(i, 2), true)).await.unwrap();
+        assert!(newer.applied, "{backend:?}: the newer upsert applied while the replace is pending");
+        assert!(
+            WalId::parse(&replace.id).unwrap() < WalId::parse(&newer.id).unwrap(),
+            "{backend:?}: the replace is older"
+        );
+        c.wal().release_lease(lease).await;
+        within("the replace applies", c.recover()).await.unwrap();
+        assert_eq!(c.status().await.unwrap().pending, 0, "{backend:?}: the replace applied");
+        for (field, value) in [("icao", "KJFK"), ("iata", "JFK"), ("lid", "JFK")] {
+            let found = c.query_all(&Filter::new(vec![(field.into(), value.into())])).await.unwrap();
+            assert_eq!(found, vec![named(i, 2)], "{backend:?}: by {field}: the older replace's record won");
+        }
+        let report = verify::verify(c.store().as_ref(), &names.table, &c.schema()).await.unwrap();
+        assert!(report.ok(), "{backend:?}: {:?}", report.violations);
     }
 }
