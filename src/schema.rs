@@ -150,6 +150,32 @@ impl Schema {
         Schema::new(identity, self.row_key)?.with_hashed_keys(hashed, redact, key)
     }
 
+    /// The schema an entry validated under version `sv` is applied with: this one, except
+    /// that an index being dropped by a change newer than `sv` is still maintained (its rows
+    /// written, moved and tombstoned, and filters resolved through it). Such an entry was
+    /// logged before the drop, so it is applied before the drop's entry and its job, and the
+    /// index's rows stay exact for every filter validated while it was active
+    /// (docs/ARCHITECTURE.md, "Order", step 10). `None` when nothing differs.
+    pub fn as_of(&self, sv: u64) -> Option<Schema> {
+        let kept: Vec<&AddedIndex> =
+            self.added.iter().filter(|a| a.state == IndexState::Dropping && a.version > sv).collect();
+        if kept.is_empty() {
+            return None;
+        }
+        let mut older = self.clone();
+        for a in
+            self.added.iter().filter(|a| a.state != IndexState::Dropping || kept.iter().any(|k| k.field == a.field))
+        {
+            if !older.index_keys.contains(&a.field) {
+                older.index_keys.push(a.field.clone());
+            }
+        }
+        for a in older.added.iter_mut().filter(|a| kept.iter().any(|k| k.field == a.field)) {
+            a.state = IndexState::Active;
+        }
+        Some(older)
+    }
+
     /// The identity fields: the index fields the catalog was created with, which alone feed
     /// the RowKey fingerprint.
     pub fn identity_keys(&self) -> &[String] {

@@ -35,7 +35,11 @@ impl Applier {
         let mut rows: BTreeMap<(String, String), (&WalId, &Record)> = BTreeMap::new();
         let mut records: BTreeMap<String, Vec<(&WalId, &Record)>> = BTreeMap::new();
         let mut changes = Vec::with_capacity(group.len());
-        let schema = self.schema();
+        // An index being dropped stays maintained for entries validated before the drop
+        // (Schema::as_of); the run is written with the oldest version among them.
+        let current = self.schema();
+        let oldest = group.iter().map(|e| e.schema_version).min().unwrap_or(0);
+        let schema = current.as_of(oldest).map_or(current, std::sync::Arc::new);
         let owner_first = schema.has_added_indexes();
         for entry in group {
             let Op::Upsert { record } = &entry.op else { continue };

@@ -13,8 +13,8 @@ use super::Applier;
 use crate::error::Result;
 use crate::history::{Change, ChangeOp};
 use crate::query::Filter;
-use crate::schema::IndexState;
 use crate::record::{self, Record, RowMeta};
+use crate::schema::IndexState;
 use crate::store::{pager, BatchOp, Entity, Value, MAX_BATCH_OPS, MAX_PAGE};
 use crate::wal::{Op, WalEntry, WalId, TOMBSTONES};
 
@@ -41,7 +41,8 @@ impl Applier {
             Op::Schema { version } => return self.apply_schema_change(entry, *version).await,
         };
         let op = if new_record.is_some() { ChangeOp::Replace } else { ChangeOp::Delete };
-        let schema = self.schema();
+        let current = self.schema();
+        let schema = current.as_of(entry.schema_version).map_or(current, std::sync::Arc::new);
         // Validated against an active index when logged. An index being dropped keeps its rows
         // until the drop's job runs, which starts only once the drop's entry is applied, and
         // every entry before it in shard 0 is applied first: resolve through it. An index
