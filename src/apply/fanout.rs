@@ -115,7 +115,9 @@ impl Applier {
             let current = self.store.get(table, &owner, &rk).await?;
             let current_meta = current.as_ref().map(RowMeta::of);
             if current_meta.as_ref().is_some_and(|m| m.wal_id.as_str() > id.as_str()) {
-                return Ok(()); // superseded by a newer entry of this record
+                // Superseded by a newer entry of this record.
+                tracing::debug!(wal_id = %id, identity = %rk, owner = ?current_meta.map(|m| m.wal_id), "superseded");
+                return Ok(());
             }
             if current_meta.as_ref().is_none_or(|m| m.wal_id.as_str() < id.as_str()) {
                 let stored = current.as_ref().zip(current_meta.as_ref()).map(|(e, m)| record::payload(e, m));

@@ -63,6 +63,7 @@ impl Applier {
         let mut pages = futures::stream::iter(ranges.iter())
             .flat_map(|range| pager::pages(self.store.as_ref(), &self.catalog_table, &pk, range, MAX_PAGE));
         while let Some(page) = pages.try_next().await? {
+            tracing::debug!(wal_id = %entry.id, rows = page.entities.len(), partition = %pk, "filter page");
             let mut doomed: BTreeMap<(String, String), Record> = BTreeMap::new();
             // Identities whose matched row a later entry wrote (applied before this one).
             let mut newer: BTreeSet<String> = BTreeSet::new();
