@@ -302,7 +302,7 @@ impl FaultStore {
             }
             Some(Fault::Late(hold)) => {
                 self.late.send_modify(|s| s.begun += 1);
-                tokio::time::sleep(hold).await;
+                crate::env::sleep(hold).await;
                 self.late.send_modify(|s| s.ended += 1);
                 call.await
             }
