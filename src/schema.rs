@@ -155,10 +155,17 @@ impl Schema {
     /// written, moved and tombstoned, and filters resolved through it). Such an entry was
     /// logged before the drop, so it is applied before the drop's entry and its job, and the
     /// index's rows stay exact for every filter validated while it was active
-    /// (docs/ARCHITECTURE.md, "Order", step 10). `None` when nothing differs.
+    /// (docs/ARCHITECTURE.md, "Order", step 10). Only until the drop's job has started: an
+    /// entry validated before the drop but ordered after it (a writer's clock ahead of the
+    /// others) would otherwise leave a row behind the job. `None` when nothing differs.
     pub fn as_of(&self, sv: u64) -> Option<Schema> {
-        let kept: Vec<&AddedIndex> =
-            self.added.iter().filter(|a| a.state == IndexState::Dropping && a.version > sv).collect();
+        // Not once the drop's job has started removing the rows (it is recorded with the
+        // index): a row written after its scan passed would be left behind.
+        let kept: Vec<&AddedIndex> = self
+            .added
+            .iter()
+            .filter(|a| a.state == IndexState::Dropping && a.version > sv && a.job.is_none())
+            .collect();
         if kept.is_empty() {
             return None;
         }
