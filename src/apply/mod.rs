@@ -367,7 +367,13 @@ impl Applier {
                 }
             }
             let buried = page.len() - entries.len();
-            let entries = self.stamp_late(lease.shard(), entries).await?;
+            let mut entries = self.stamp_late(lease.shard(), entries).await?;
+            // In effective-id order: an entry stamped after a filter that sealed the shard and
+            // is still pending (its attempt stopped after the seal) must not be applied before
+            // it (found by the checker: a delete stamped after another delete of the same
+            // record, applied first, wrote a removal row for a record the other one removed).
+            // Entries that were not stamped keep their order (the sort is stable).
+            entries.sort_by(|a, b| a.effective().cmp(b.effective()));
             // An entry validated under a newer schema than ours: adopt it first.
             if let Some(newest) = entries.iter().map(|e| e.schema_version).max() {
                 self.ensure_schema(newest).await?;
