@@ -4,7 +4,8 @@
 //! every monotonic read (leases, deadlines, budgets, backoff), every sleep, every UUID and
 //! every random draw (jitter, backoff seeds) goes through this module; nothing else in
 //! `src/` calls `SystemTime::now`, `Instant::now`, `tokio::time::sleep`, `Uuid::new_v4` or
-//! `rand::thread_rng` (`tests/env_calls.rs` fails if something does).
+//! `rand::thread_rng` (the unit test `nothing_else_reads_time_or_randomness` below fails if
+//! something does).
 //!
 //! **In production** these are the real clock, tokio's timer and the operating system's
 //! randomness, at the cost of one thread-local check per call (docs/BENCHMARKS.md).
@@ -122,7 +123,7 @@ pub struct Simulated(());
 /// caller pauses (`tokio::time::pause`, or a runtime built with `start_paused`). Call it
 /// inside that runtime.
 pub fn simulate(seed: u64, wall_start_us: i64) -> Simulated {
-    let sim = Simulation { rng: StdRng::seed_from_u64(seed), wall_start_us, start: Instant::now() };
+    let sim = Simulation { rng: StdRng::seed_from_u64(seed), wall_start_us, start: now() };
     SIMULATION.with(|s| *s.borrow_mut() = Some(sim));
     Simulated(())
 }

@@ -1128,13 +1128,6 @@ fn project(history: &[Op], observed: &Observed, rk: &str) -> Vec<Event> {
     events
 }
 
-/// The WAL id of the entry that wrote a history row: a row of an entry logged late carries
-/// its effective id `{seal}+{id}` (docs/ARCHITECTURE.md, "Seals and stamps"); its entry, and
-/// the id its writer was acknowledged with, is the part after the last `+`.
-fn entry_id(wal_id: &str) -> &str {
-    wal_id.rsplit('+').next().unwrap_or(wal_id)
-}
-
 /// Checks every identity's operations, reads and lookups against its history rows and its
 /// final state ([`linearizable::check`]); rows whose WAL id belongs to an operation that
 /// cannot touch the identity, and rows of identities nobody wrote, are violations too.
@@ -1168,7 +1161,7 @@ fn check_records(
         rows.sort_by(|a, b| b.row_key.cmp(&a.row_key));
         let mut foreign = Vec::new();
         for h in &rows {
-            let id = entry_id(&h.wal_id);
+            let id = table_catalog::wal::id::entry_of(&h.wal_id);
             let mine = events.iter().any(|e| e.wal_id.as_deref() == Some(id));
             if let (Some(op), false) = (by_id.get(id), mine) {
                 foreign.push(format!(
@@ -1181,7 +1174,10 @@ fn check_records(
         out.violations.extend(foreign);
         let rows: Vec<linearizable::Row> = rows
             .iter()
-            .map(|h| linearizable::Row { wal_id: entry_id(&h.wal_id).to_string(), record: h.record.clone() })
+            .map(|h| linearizable::Row {
+                wal_id: table_catalog::wal::id::entry_of(&h.wal_id).to_string(),
+                record: h.record.clone(),
+            })
             .collect();
         match linearizable::check(&events, &rows, live.get(rk), budget) {
             Verdict::Linearizable { states } => out.states += states,

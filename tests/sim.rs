@@ -443,8 +443,8 @@ async fn linearizability(world: &World) -> Vec<String> {
     // Stored newest first: read backwards for oldest first.
     for e in history_rows.iter().rev() {
         let Ok(h) = HistoryEntry::from_entity(e) else { return vec![format!("history row {} unreadable", e.row_key)] };
-        // A stamped id ({seal}+{id}) names its entry by the id after the last `+`.
-        let wal_id = h.wal_id.rsplit('+').next().unwrap_or(&h.wal_id).to_string();
+        // A stamped id ({seal}+{id}) names the entry it was acknowledged as.
+        let wal_id = table_catalog::wal::id::entry_of(&h.wal_id).to_string();
         rows_by.entry(e.partition_key.clone()).or_default().push(Row { wal_id, record: h.record });
     }
     let identity = |r: &Record| world.schema.record_keys(r).map(|k| k.row_key).ok();

@@ -76,6 +76,13 @@ impl WalId {
 /// Joins a seal and an entry's position in a stamped id.
 pub const STAMP: char = '+';
 
+/// The id of the entry that wrote a row carrying effective id `effective` (a catalog row's
+/// `w`, a history row's `wal_id`): the part after the last [`STAMP`], i.e. the id its writer
+/// was acknowledged with; `effective` itself when it is not stamped.
+pub fn entry_of(effective: &str) -> &str {
+    effective.rsplit(STAMP).next().unwrap_or(effective)
+}
+
 impl fmt::Display for WalId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.0)
@@ -118,6 +125,8 @@ mod tests {
         assert_eq!(super::WalId::parse_effective(nested.as_str()), Some(nested.clone()));
         assert_eq!(super::WalId::parse(nested.as_str()), None, "an API path names a position, never a stamp");
         assert_eq!(super::WalId::parse_effective("x+y"), None);
+        assert_eq!(super::entry_of(nested.as_str()), id(1_200, 3).as_str());
+        assert_eq!(super::entry_of(seal.as_str()), seal.as_str());
     }
     use super::*;
 
