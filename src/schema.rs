@@ -152,35 +152,38 @@ impl Schema {
 
     /// The schema an entry validated under version `sv` is applied with: this one, except
     /// that an index being dropped by a change newer than `sv` is still maintained (its rows
-    /// written, moved and tombstoned, and filters resolved through it). Such an entry was
-    /// logged before the drop, so it is applied before the drop's entry and its job, and the
-    /// index's rows stay exact for every filter validated while it was active
-    /// (docs/ARCHITECTURE.md, "Order", step 10). Only until the drop's job has started: an
-    /// entry validated before the drop but ordered after it (a writer's clock ahead of the
-    /// others) would otherwise leave a row behind the job. `None` when nothing differs.
+    /// written, moved and tombstoned, and filters resolved through it). An entry validated
+    /// before the drop is usually ordered before the drop's entry, and the index's rows then
+    /// stay exact for every filter validated while it was active (docs/ARCHITECTURE.md,
+    /// "Order", step 10). One ordered after it (logged late and stamped, or a writer's clock
+    /// ahead of the others) may write rows after the drop's job has passed them: the applier
+    /// removes those once it sees the job recorded ([`Schema::kept_as_of`] names the
+    /// fields; `crate::apply::dropping`). `None` when nothing differs.
     pub fn as_of(&self, sv: u64) -> Option<Schema> {
-        // Not once the drop's job has started removing the rows (it is recorded with the
-        // index): a row written after its scan passed would be left behind.
-        let kept: Vec<&AddedIndex> = self
-            .added
-            .iter()
-            .filter(|a| a.state == IndexState::Dropping && a.version > sv && a.job.is_none())
-            .collect();
+        let kept = self.kept_as_of(sv);
         if kept.is_empty() {
             return None;
         }
         let mut older = self.clone();
-        for a in
-            self.added.iter().filter(|a| a.state != IndexState::Dropping || kept.iter().any(|k| k.field == a.field))
-        {
+        for a in self.added.iter().filter(|a| a.state != IndexState::Dropping || kept.contains(&a.field)) {
             if !older.index_keys.contains(&a.field) {
                 older.index_keys.push(a.field.clone());
             }
         }
-        for a in older.added.iter_mut().filter(|a| kept.iter().any(|k| k.field == a.field)) {
+        for a in older.added.iter_mut().filter(|a| kept.contains(&a.field)) {
             a.state = IndexState::Active;
         }
         Some(older)
+    }
+
+    /// The indexes [`Schema::as_of`] keeps maintained for an entry validated under `sv`:
+    /// those being dropped by a change newer than `sv`.
+    pub fn kept_as_of(&self, sv: u64) -> Vec<String> {
+        self.added
+            .iter()
+            .filter(|a| a.state == IndexState::Dropping && a.version > sv)
+            .map(|a| a.field.clone())
+            .collect()
     }
 
     /// The identity fields: the index fields the catalog was created with, which alone feed

@@ -242,6 +242,70 @@ async fn an_upsert_logged_late_across_an_index_add_survives_a_delete_by_the_new_
     }
 }
 
+/// Runs the scan worker of `c` until index `field` is gone (its drop's job done).
+async fn drop_index_until_gone(c: &Arc<Catalog>, field: &str, label: &str) {
+    let (worker_stop, worker_rx) = tokio::sync::watch::channel(false);
+    let opts = ServeOptions { scan_workers: 2, ..ServeOptions::default() };
+    let scan = tokio::spawn(table_catalog::server::run_scan_worker(c.clone(), opts, worker_rx));
+    common::wait_for(&format!("{label}: {field} to be gone"), || async {
+        c.recover().await.unwrap();
+        state_of(c, field).await.is_none().then_some(())
+    })
+    .await;
+    worker_stop.send_replace(true);
+    scan.await.unwrap();
+}
+
+/// Found by the checker on CI (seed 20261121, 4 shards): a row of an index written after
+/// the index's drop job had removed its rows stays behind, in an index that no longer
+/// exists. U = upsert of R (country CA), validated while `country` was active, takes its id
+/// through instance A and is held; `index drop country` runs through B; A reads the schema
+/// while the drop's job is not yet recorded (so its copy says "dropping, no job", and an
+/// entry validated before the drop still maintains the index, `Schema::as_of`); the job
+/// removes every row and the index leaves the schema; then U is written and A applies it.
+/// U is ordered after the drop: no row of `country` may be left, and R is live.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upsert_logged_late_across_an_index_drop_leaves_no_row_of_the_dropped_index() {
+    for backend in common::backends() {
+        let label = format!("{backend:?}");
+        let inner = common::store(backend);
+        let names = Names::new(&common::unique_name("latedrop"), None, None).unwrap();
+        let b = open(inner.clone(), &names, options()).await;
+        add_index_until_active(&b, "country", &label).await;
+        b.upsert(r("US"), true).await.unwrap();
+        let slow = Arc::new(FaultStore::new(inner.clone(), 1));
+        let a = open(slow.clone(), &names, options()).await;
+
+        let gate = hold_next_entry(&slow, &names);
+        let late = tokio::spawn({
+            let a = a.clone();
+            async move { a.upsert(r("CA"), false).await }
+        });
+        within(&format!("{label}: U's entry insert reaches the gate"), gate.reached(1)).await;
+
+        indexes::drop(&b, "country").await.unwrap();
+        a.applier().reload_schema().await.unwrap();
+        let seen = a.schema().added().iter().find(|i| i.field == "country").map(|i| (i.state, i.job.is_some()));
+        assert_eq!(seen, Some((IndexState::Dropping, false)), "{label}: A's copy of the schema: dropping, no job yet");
+        drop_index_until_gone(&b, "country", &label).await;
+
+        gate.open();
+        within(&format!("{label}: U is acknowledged"), late).await.unwrap().unwrap();
+        drain(&[&a, &b], &label).await;
+
+        let rows = verify::scan_all(inner.as_ref(), &names.table).await.unwrap();
+        let left: Vec<(&str, &str)> = rows
+            .iter()
+            .filter(|e| table_catalog::keys::partition_field(&e.partition_key).as_deref() == Some("country"))
+            .map(|e| (e.partition_key.as_str(), e.row_key.as_str()))
+            .collect();
+        assert!(left.is_empty(), "{label}: rows of the dropped index left: {left:?}");
+        let by_icao = b.query_all(&f("icao", "KAAA")).await.unwrap();
+        assert_eq!(by_icao, vec![r("CA")], "{label}: R is live with CA");
+        verify_clean(&b, &label).await;
+    }
+}
+
 /// Issue 25, item 3. D = delete icao=KXXX takes its id and is held; F = delete iata=YYY (a
 /// larger id) matching the same record is logged and applied first; then D is written and
 /// applied. F, D is a valid order (D is concurrent with F): the record is gone, its history
@@ -289,6 +353,54 @@ async fn a_delete_logged_late_after_a_later_delete_of_the_same_record_is_a_valid
             vec![(ChangeOp::Delete, later.id.as_str(), false), (ChangeOp::Upsert, upserted.id.as_str(), true)],
             "{label}: one removal row, F's (D = {} removed nothing, applied after F)",
             d.id
+        );
+    }
+}
+
+/// Found by the simulator (seeds 7, 8, 115, 181; catalog right, history wrong). With an
+/// index `country` added online and history on: P = replace country=ZZ by R (country US,
+/// shard 0), F = delete country=US (shard 0), N = upsert R with country CA (shard 3), logged
+/// in that order. Shard 3 is applied first (N writes R with CA), then shard 0: P finds R's
+/// owner row written by N, a newer entry, and writes no row (superseded); F, between P and
+/// N, then found no row of R under country=US and recorded no removal, so R's history read
+/// "P wrote US, N wrote CA" with F's removal of the US version missing. In effective-id
+/// order R's history is P (US), F (removed), N (CA), and the catalog holds N's version.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delete_between_a_superseded_replace_and_its_successor_records_its_removal() {
+    for backend in common::backends() {
+        let label = format!("{backend:?}");
+        let inner = common::store(backend);
+        let names = Names::new(&common::unique_name("shadow"), None, None).unwrap();
+        let mut opts = options();
+        opts.history = HistoryOptions::on();
+        let c = open(inner.clone(), &names, opts).await;
+        add_index_until_active(&c, "country", &label).await;
+        let base = in_shard(3, "KCCC", "CCC", "Charlie field");
+        let rc = |country: &str| {
+            let mut r = base.clone();
+            r.insert("country".into(), json!(country));
+            r
+        };
+        let p = c.replace(f("country", "ZZ"), rc("US"), false).await.unwrap();
+        let del = c.delete(f("country", "US"), false).await.unwrap();
+        let n = c.upsert(rc("CA"), false).await.unwrap();
+        assert!(id(&p) < id(&del) && id(&del) < id(&n), "{label}: P < F < N");
+        within(&format!("{label}: shard 3"), c.applier().apply_shard(ShardId::new(3).unwrap())).await.unwrap();
+        drain(&[&c], &label).await;
+
+        assert_eq!(c.query_all(&f("icao", "KCCC")).await.unwrap(), vec![rc("CA")], "{label}: R is N's version");
+        assert!(c.query_all(&f("country", "US")).await.unwrap().is_empty(), "{label}: nothing under US");
+        verify_clean(&c, &label).await;
+        let history = c.history("icao", "KCCC", 100, None).await.unwrap().history;
+        let rows: Vec<(ChangeOp, &str)> = history.iter().map(|e| (e.op, e.wal_id.as_str())).collect();
+        assert_eq!(
+            rows,
+            vec![
+                (ChangeOp::Upsert, n.id.as_str()),
+                (ChangeOp::Delete, del.id.as_str()),
+                (ChangeOp::Replace, p.id.as_str())
+            ],
+            "{label}: R's history, newest first: N, F's removal, P"
         );
     }
 }

@@ -521,11 +521,7 @@ fn env_u64(name: &str) -> Option<u64> {
 /// Seeds of the bounded range that fail today with an open finding (docs/RELIABILITY.md,
 /// "The deterministic simulator"): the bounded test reports them and fails when one of them
 /// passes (the finding is fixed: take it off this list) or when any other seed fails.
-const OPEN: &[(u64, &str)] = &[(
-    8,
-    "history: a delete by an added index lacks the removal row of a version that a write \
-     superseded before it was applied (the catalog is right)",
-)];
+const OPEN: &[(u64, &str)] = &[];
 
 /// Seeds `TC_SIM_FROM` (default 1) to `TC_SIM_FROM + TC_SIM_COUNT - 1` (default 12), each
 /// with `TC_SIM_OPS` client operations (default 200) on `TC_SIM_SHARDS` WAL shards (default:

@@ -23,6 +23,7 @@
 pub mod barrier;
 pub mod catch_up;
 pub mod dead;
+mod dropping;
 pub mod fanout;
 pub mod filter;
 pub mod history;
@@ -136,6 +137,8 @@ pub struct Applier {
     pub(crate) scan_queue: Option<String>,
     /// When the schema was last read from the store (for [`Applier::schema_within`]).
     schema_read: std::sync::Mutex<Instant>,
+    /// Rows written in partitions of dropping indexes, until checked ([`dropping`]).
+    dropping: dropping::DroppingRows,
 }
 
 impl std::fmt::Debug for Applier {
@@ -162,6 +165,7 @@ impl Applier {
             history: None,
             scan_queue: None,
             schema_read: std::sync::Mutex::new(crate::env::now()),
+            dropping: dropping::DroppingRows::default(),
         }
     }
 

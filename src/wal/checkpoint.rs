@@ -29,6 +29,7 @@ impl Wal {
     pub async fn advance_checkpoint(&self, shard: ShardId, id: &WalId) -> Result<()> {
         super::max_row::raise(
             self.store.as_ref(),
+            &self.known,
             &self.table,
             METADATA,
             &shard.checkpoint_row(),

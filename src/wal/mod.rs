@@ -130,6 +130,8 @@ pub struct Wal {
     /// The schema version in force in this process (set by the applier; written into the
     /// lease rows this process takes, see [`lease`]).
     schema_version: AtomicU64,
+    /// What this process last saw of the checkpoint and seal rows ([`max_row::Known`]).
+    pub(crate) known: max_row::Known,
 }
 
 impl std::fmt::Debug for Wal {
@@ -149,7 +151,16 @@ impl Wal {
         let clock = clock::Clock::new(&owner, opts.clock_skew_us);
         let appender = append::Appender::new(store.clone(), table.clone(), clock);
         let shards = AtomicU16::new(opts.shards.clamp(1, shard::MAX_SHARDS));
-        Wal { store, table, opts, owner, appender, shards, schema_version: AtomicU64::new(0) }
+        Wal {
+            store,
+            table,
+            opts,
+            owner,
+            appender,
+            shards,
+            schema_version: AtomicU64::new(0),
+            known: max_row::Known::default(),
+        }
     }
 
     /// Creates the WAL table and raises the stored shard count to the configured one

@@ -41,11 +41,20 @@ impl Wal {
         Ok(stored.map(WalId::from_stored))
     }
 
-    /// Raises the seal of `shard` to `to` (never lowers it). A read and at most one write,
-    /// retried on a concurrent raise.
+    /// Raises the seal of `shard` to `to` (never lowers it). One conditional write when this
+    /// process raised it last, none when it already raised it at or past `to`; otherwise a
+    /// read and at most one write, retried on a concurrent raise ([`super::max_row`]).
     pub(crate) async fn raise_seal(&self, shard: ShardId, to: &WalId) -> Result<()> {
         crate::faults::point("before_seal")?;
-        super::max_row::raise(self.store.as_ref(), &self.table, &shard.partition(), SEAL_ROW, SEAL_PROP, to.as_str())
-            .await
+        super::max_row::raise(
+            self.store.as_ref(),
+            &self.known,
+            &self.table,
+            &shard.partition(),
+            SEAL_ROW,
+            SEAL_PROP,
+            to.as_str(),
+        )
+        .await
     }
 }

@@ -1,0 +1,90 @@
+//! Rows of an index being dropped that an entry validated before the drop wrote after the
+//! drop's job had started.
+//!
+//! An entry validated before `index drop` still maintains the dropping index
+//! ([`crate::schema::Schema::as_of`]), so that filters validated while the index was active
+//! resolve through exact rows. Such an entry is usually ordered before the drop's entry and
+//! applied before the drop's job starts (the barrier and the fence,
+//! [`super::schema_change`]), and the job then removes the rows it wrote. One ordered after
+//! the drop (logged late and stamped, or with a WAL id from a clock ahead of the others) can
+//! be applied by a process whose copy of the schema does not show the job yet, after the
+//! job's scan passed the row's partition: without this module the row stays behind the
+//! job, in an index that no longer exists (found by the checker on CI, seed 20261121).
+//!
+//! The rule is write, then check (as in Dekker's mutual exclusion):
+//! 1. every row written in a partition of a dropping index is noted, once its write
+//!    returned ([`Applier::note_dropping_row`]);
+//! 2. after the entry's writes, the applier takes the noted rows of the indexes it kept and
+//!    re-reads the schema row (one read, only while an index is dropping and the entry was
+//!    validated before it) ([`Applier::settle_dropping`]);
+//! 3. if the drop's job is still not recorded, the rows were written before the job was, so
+//!    before its scan began: the job removes them. Otherwise (job recorded, or the index
+//!    gone) the applier deletes them itself. A row written for an index dropped and since
+//!    added again is left to that index (its backfill is fenced by WAL id like any write).
+//!
+//! A crash between 1 and 3 leaves the entry pending, and its retry writes and checks again
+//! while the index is dropping. Left open: the retry after the job has finished writes
+//! nothing for the index, so such a row stays (docs/ARCHITECTURE.md, "Order", step 10).
+
+use std::collections::BTreeSet;
+use std::sync::Mutex;
+
+use super::Applier;
+use crate::error::Result;
+use crate::keys::partition_field;
+use crate::schema::IndexState;
+use crate::store::{IfMatch, StoreError};
+
+/// Rows written in partitions of dropping indexes and not yet checked: (PartitionKey, RowKey).
+#[derive(Debug, Default)]
+pub(crate) struct DroppingRows(Mutex<BTreeSet<(String, String)>>);
+
+impl Applier {
+    /// Notes row (`pk`, `rk`), just written, when its partition belongs to an index this
+    /// process sees as dropping.
+    pub(crate) fn note_dropping_row(&self, pk: &str, rk: &str) {
+        let schema = self.schema();
+        let dropping = |f: &str| schema.added().iter().any(|a| a.state == IndexState::Dropping && a.field == f);
+        if partition_field(pk).is_some_and(|f| dropping(&f)) {
+            self.dropping.0.lock().unwrap_or_else(|p| p.into_inner()).insert((pk.to_string(), rk.to_string()));
+        }
+    }
+
+    /// Steps 2 and 3 of the module docs for the indexes in `kept`: deletes the noted rows
+    /// of those whose drop's job is recorded (or that are gone). Errors: the schema read or
+    /// a delete failed (the entry stays pending and is applied again).
+    pub(crate) async fn settle_dropping(&self, kept: &[String]) -> Result<()> {
+        let taken: Vec<(String, String)> = {
+            let mut noted = self.dropping.0.lock().unwrap_or_else(|p| p.into_inner());
+            let ours: Vec<(String, String)> = noted
+                .iter()
+                .filter(|(pk, _)| partition_field(pk).is_some_and(|f| kept.contains(&f)))
+                .cloned()
+                .collect();
+            for row in &ours {
+                noted.remove(row);
+            }
+            ours
+        };
+        if taken.is_empty() {
+            return Ok(());
+        }
+        self.reload_schema().await?;
+        let schema = self.schema();
+        let job_started = |f: &str| match schema.added().iter().find(|a| a.field == f) {
+            None => true,
+            Some(a) => a.state == IndexState::Dropping && a.job.is_some(),
+        };
+        for (pk, rk) in taken {
+            if !partition_field(&pk).is_some_and(|f| job_started(&f)) {
+                continue;
+            }
+            tracing::debug!(partition = %pk, row = %rk, "row of a dropped index written behind its job: removed");
+            match self.store.delete(&self.catalog_table, &pk, &rk, &IfMatch::Any).await {
+                Ok(()) | Err(StoreError::NotFound(_)) => self.rows.forget(&pk, &rk),
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(())
+    }
+}
