@@ -182,10 +182,8 @@ impl Applier {
         newer: &RowMeta,
         stored: Option<&Record>,
     ) -> Result<()> {
-        let newer_keys = match stored.filter(|_| !newer.deleted).map(|r| schema.record_keys(r)).transpose() {
-            Ok(k) => k,
-            Err(_) => None, // a newer version this schema cannot key: no partition of it to keep
-        };
+        // A newer version this schema cannot key keeps no partition.
+        let newer_keys = stored.filter(|_| !newer.deleted).and_then(|r| schema.record_keys(r).ok());
         let empty = crate::schema::RecordKeys { row_key: rk.to_string(), partitions: Vec::new() };
         let kept = newer_keys.as_ref().unwrap_or(&empty);
         let added = schema.added_keys();
