@@ -97,6 +97,72 @@ fn serve_args(readme: &str, heading: &str) -> Vec<String> {
 }
 
 #[tokio::test]
+async fn index_and_history_sections_run_as_written() {
+    let readme = readme();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let csv = airports_slice(dir.path());
+    let store = dir.path().join(".table-catalog");
+    let store_arg = store.to_string_lossy().to_string();
+
+    // The walkthrough's first command, on the slice.
+    let mut global = serve_args(&readme, "## Two commands");
+    assert_eq!(global, ["--name", "airports", "--index-keys", "icao,iata,lid", "--row-key", "name"]);
+    global.extend(["--local-path".to_string(), store_arg.clone()]);
+    let csv_arg = csv.to_string_lossy().to_string();
+    let args: Vec<&str> = global.iter().map(String::as_str).collect();
+    let mut served = common::serve::start(&args, &["--import", &csv_arg], &[]).await;
+    let mut sh = Shell { dir: dir.path().to_path_buf(), base: served.base.clone(), exports: Vec::new() };
+
+    let lines = sh_block(&readme, "### Changing the indexes of a live catalog", 0);
+    assert_eq!(lines.len(), 5, "{lines:?}");
+    let added = json_lines(&sh.run(&lines[0]));
+    assert_eq!(
+        (added[0]["index"]["state"].as_str(), added[0]["job"]["state"].as_str()),
+        (Some("active"), Some("done"))
+    );
+    let list = json_lines(&sh.run(&lines[1]));
+    assert!(list.iter().any(|i| i["field"] == "country" && i["state"] == "active"), "{list:?}");
+    for line in &lines[2..4] {
+        let page = json_lines(&sh.run(line));
+        let records = page[0]["records"].as_array().unwrap_or_else(|| panic!("{line}: {page:?}"));
+        assert!(records.len() == 2 && records.iter().all(|r| r["country"] == "US"), "{line}: {page:?}");
+    }
+    sh.run(&lines[4]);
+    let list = json_lines(&sh.run(&lines[1]));
+    assert!(list.iter().all(|i| i["field"] != "country" || i["state"] == "dropping"), "{list:?}");
+
+    // "stop it (Ctrl-C) and start it again with history on".
+    served.child.kill().await.expect("stop serve");
+    let mut global = serve_args(&readme, "### Record history");
+    assert_eq!(global, ["--name", "airports", "--history", "on"], "the README restarts serve with history on");
+    global.extend(["--local-path".to_string(), store_arg]);
+    let args: Vec<&str> = global.iter().map(String::as_str).collect();
+    let served = common::serve::start(&args, &[], &[]).await;
+    sh.base = served.base.clone();
+    let jfk_before = json_lines(&sh.run("table-catalog --name airports query icao=KJFK"));
+
+    let lines = sh_block(&readme, "### Record history", 1);
+    assert_eq!(lines.len(), 6, "{lines:?}");
+    for line in &lines[..4] {
+        sh.run(line);
+    }
+    let changes = json_lines(&sh.run(&lines[4]));
+    let ops: Vec<&str> = changes.iter().filter_map(|c| c["op"].as_str()).collect();
+    assert_eq!(ops, ["delete", "upsert", "upsert"], "{changes:?}");
+    assert_eq!(
+        (changes[1]["record"]["elevation"].as_i64(), changes[2]["record"]["elevation"].as_i64()),
+        (Some(14), Some(13))
+    );
+    let page = json_lines(&sh.run(&lines[5]));
+    let history = page[0]["history"].as_array().unwrap_or_else(|| panic!("{page:?}"));
+    let ops: Vec<&str> = history.iter().filter_map(|c| c["op"].as_str()).collect();
+    assert_eq!(ops, ["delete", "upsert"], "{page:?}");
+    let jfk_after = json_lines(&sh.run("table-catalog --name airports query icao=KJFK"));
+    assert_eq!(jfk_after, jfk_before, "the walkthrough leaves the real JFK record as it was");
+    assert_eq!(jfk_after[0]["city"], "New York");
+}
+
+#[tokio::test]
 async fn a_command_without_the_catalog_name_says_which_catalogs_there_are() {
     let dir = tempfile::tempdir().expect("tempdir");
     let mut sh = Shell { dir: dir.path().to_path_buf(), base: String::new(), exports: Vec::new() };
