@@ -114,7 +114,7 @@ async fn index_and_history_sections_run_as_written() {
     let mut sh = Shell { dir: dir.path().to_path_buf(), base: served.base.clone(), exports: Vec::new() };
 
     let lines = sh_block(&readme, "### Changing the indexes of a live catalog", 0);
-    assert_eq!(lines.len(), 5, "{lines:?}");
+    assert_eq!(lines.len(), 6, "{lines:?}");
     let added = json_lines(&sh.run(&lines[0]));
     assert_eq!(
         (added[0]["index"]["state"].as_str(), added[0]["job"]["state"].as_str()),
@@ -122,12 +122,15 @@ async fn index_and_history_sections_run_as_written() {
     );
     let list = json_lines(&sh.run(&lines[1]));
     assert!(list.iter().any(|i| i["field"] == "country" && i["state"] == "active"), "{list:?}");
+    let mut answers = Vec::new();
     for line in &lines[2..4] {
         let page = json_lines(&sh.run(line));
         let records = page[0]["records"].as_array().unwrap_or_else(|| panic!("{line}: {page:?}"));
         assert!(records.len() == 2 && records.iter().all(|r| r["country"] == "US"), "{line}: {page:?}");
+        answers.push(records.clone());
     }
-    sh.run(&lines[4]);
+    assert_eq!(json_lines(&sh.run(&lines[4])), answers[1], "the CLI reads what HTTP reads");
+    sh.run(&lines[5]);
     let list = json_lines(&sh.run(&lines[1]));
     assert!(list.iter().all(|i| i["field"] != "country" || i["state"] == "dropping"), "{list:?}");
 

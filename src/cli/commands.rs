@@ -84,19 +84,21 @@ pub async fn run(cli: Cli) -> Result<ExitCode> {
                 return Ok(ExitCode::FAILURE);
             }
         }
-        Command::Query { filters, row_from, row_to, limit } => {
-            let filter = parse_filters(&filters)?.range(row_from, row_to);
+        Command::Query { filters, row_from, row_to, limit, allow_partial } => {
+            let filter = parse_filters(&filters)?.range(row_from, row_to).allow_partial(allow_partial);
             let mut token: Option<String> = None;
             let mut printed = 0;
-            while printed < limit {
-                let page = catalog.query(&filter, (limit - printed).min(1000), token.as_deref()).await?;
+            // The first page is always asked for, so the catalog checks the limit (0 gets the
+            // error HTTP answers 400 with); later pages ask for what is left, at most 1,000.
+            loop {
+                let page = catalog.query(&filter, limit.saturating_sub(printed).min(1000), token.as_deref()).await?;
                 for r in page.records {
                     println!("{}", Value::Object(r.record));
                     printed += 1;
                 }
                 match page.continuation {
-                    Some(t) => token = Some(t),
-                    None => break,
+                    Some(t) if printed < limit => token = Some(t),
+                    _ => break,
                 }
             }
             if printed == 0 {
@@ -139,6 +141,9 @@ pub async fn run(cli: Cli) -> Result<ExitCode> {
             if printed == 0 {
                 eprintln!("no history for {filter}");
             }
+        }
+        Command::Wal { action: super::WalAction::Show { id } } => {
+            println!("{}", serde_json::to_string(&catalog.wal_entry_state(&id).await?)?)
         }
         Command::Status => println!("{}", serde_json::to_string(&catalog.status().await?)?),
         Command::Sweep => println!("{}", serde_json::to_string(&catalog.sweep().await?)?),

@@ -9,7 +9,7 @@
 //! | `DELETE /api/records?field=value[&row_from&row_to][&wait=true]` | delete the matching records; 202 `{id}` |
 //! | `POST /api/records/batch[?wait=true]` | upsert a JSON array or JSON lines; one result per input |
 //! | `GET /api/records/history?field=value[&limit&continuation]` | `{history: [{identity, op, wal_id, time, time_us, record}], continuation}`, newest first ([`crate::history`]); 404 when the catalog keeps no history |
-//! | `GET /api/wal/{id}` | `{id, state: pending|applied|dead}` |
+//! | `GET /api/wal/{id}` | `{id, state: pending|applied|dead|unknown, detail}` ([`crate::catalog::WalState`]); 404 when not pending and above every checkpoint |
 //! | `GET /api/wal/dead[?limit&continuation]` | dead entries with the reason each died |
 //! | `POST /api/wal/dead/redrive[?id=ID]` | move one dead entry (or all) back to pending |
 //! | `GET /api/health`, `GET /api/status` | liveness; pending / oldest age / checkpoint / poison |
@@ -327,9 +327,10 @@ async fn history(State(c): State<AppState>, RawQuery(q): RawQuery) -> Result<Res
     Ok(Json(page).into_response())
 }
 
+/// `GET /api/wal/{id}`: `{id, state, detail}` ([`crate::catalog::WalState`]); 404 for an
+/// id above every checkpoint and not pending.
 async fn wal_state(State(c): State<AppState>, Path(id): Path<String>) -> Result<Response, ApiError> {
-    let state = c.wal_state(&id).await?;
-    Ok(Json(json!({"id": id, "state": state})).into_response())
+    Ok(Json(c.wal_entry_state(&id).await?).into_response())
 }
 
 /// `GET /api/wal/dead[?limit&continuation]`: `{entries: [{id, op, shard, reason,
