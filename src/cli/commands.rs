@@ -48,10 +48,12 @@ pub async fn run(cli: Cli) -> Result<ExitCode> {
     let catalog = Arc::new(config.open().await.context("opening the catalog")?);
     match command {
         Command::Serve { listen, import, sweep_interval, scan_workers, queue_lease } => {
+            // Bind before importing: a port already in use fails at once, not after the
+            // import. Connections made meanwhile wait in the backlog until serving starts.
+            let listener = tokio::net::TcpListener::bind(&listen).await.with_context(|| format!("binding {listen}"))?;
             if let Some(file) = import {
                 import_file(&catalog, &file, None, import::DEFAULT_BATCH, false, Acks::Silent).await?;
             }
-            let listener = tokio::net::TcpListener::bind(&listen).await.with_context(|| format!("binding {listen}"))?;
             // The bound address, so `--listen 127.0.0.1:0` reports the port it got.
             let address = listener.local_addr().map_or(listen, |a| a.to_string());
             let names = catalog.names();

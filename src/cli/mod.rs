@@ -122,7 +122,8 @@ pub enum Command {
         /// Address to listen on (port 0: any free port; the bound address is printed on stderr).
         #[arg(long, env = settings::LISTEN, default_value = settings::DEFAULT_LISTEN)]
         listen: String,
-        /// Import this file (CSV or JSON lines) before serving.
+        /// Import this file (CSV or JSON lines) before serving (after binding the address, so
+        /// an address in use fails before the import).
         #[arg(long)]
         import: Option<PathBuf>,
         /// Seconds between sweeps.
@@ -328,14 +329,20 @@ pub enum FormatArg {
 }
 
 /// Logs to stderr; `RUST_LOG` overrides the default level (info for servers, warn otherwise).
+/// Colour (ANSI escapes) only when stderr is a terminal, so log files hold plain text.
 pub fn init_logging(command: &Command) {
+    use std::io::IsTerminal as _;
     let default = match command {
         Command::Serve { .. } | Command::Handler => "info",
         _ => "warn",
     };
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
-    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .try_init();
 }
 
 impl CatalogArgs {
