@@ -187,3 +187,59 @@ async fn a_command_without_the_catalog_name_says_which_catalogs_there_are() {
         assert!(stderr.contains(want), "{want}: {stderr}");
     }
 }
+
+/// The README's HTTP table row for `route` (the line starting with `| \`route`).
+fn table_row(readme: &str, route: &str) -> String {
+    let start = format!("| `{route}");
+    readme.lines().find(|l| l.starts_with(&start)).unwrap_or_else(|| panic!("README has no row {route}")).to_string()
+}
+
+/// What the HTTP table says `DELETE ...&wait=true` and `POST /api/records/batch?wait=true`
+/// answer is what they answer, and "Identifiers are not unique" holds: a second record with
+/// JFK's IATA code is accepted and `?iata=JFK` returns both.
+#[tokio::test]
+async fn http_table_shapes_and_shared_identifiers_match_the_answers() {
+    use axum::body::Body;
+    let readme = readme();
+    let app = table_catalog::http::router(common::airports_catalog(common::Backend::Local).await);
+    let jfk = serde_json::json!({"icao": "KJFK", "iata": "JFK", "lid": "JFK", "name": "John F Kennedy International Airport"});
+    let (s, _) = common::call(&app, "POST", "/api/records?wait=true", Some("application/json"), jfk.to_string()).await;
+    assert_eq!(s.as_u16(), 201);
+
+    let row = table_row(&readme, "DELETE /api/records");
+    let (s, body) = common::call(&app, "DELETE", "/api/records?icao=ZZZZ&wait=true", None, Body::empty()).await;
+    assert_eq!((s.as_u16(), body["applied"].as_bool()), (200, Some(true)), "{body}");
+    assert!(body["id"].is_string() && row.contains("with `wait=true` 200 `{id, applied: true}`"), "{row}");
+
+    let row = table_row(&readme, "POST /api/records/batch");
+    let batch = r#"[{"icao":"ZZB1","name":"B1"},{"name":"no index value"}]"#;
+    let (s, body) =
+        common::call(&app, "POST", "/api/records/batch?wait=true", Some("application/json"), batch.to_string()).await;
+    assert_eq!(s.as_u16(), 202, "{body}");
+    let results = body["results"].as_array().unwrap_or_else(|| panic!("{body}"));
+    assert!(results[0]["id"].is_string() && results[1]["error"]["code"].is_string(), "{body}");
+    assert!(row.contains(r#"202 `{"results": [...]}`"#) && row.contains("202 with `wait=true` too"), "{row}");
+
+    let section = readme.split_once("### Identifiers are not unique").expect("the section").1;
+    assert!(section.contains(r#"POST {"icao":"ZZZB","iata":"JFK","name":"Second JFK"}"#));
+    let second = r#"{"icao":"ZZZB","iata":"JFK","name":"Second JFK"}"#;
+    let (s, body) =
+        common::call(&app, "POST", "/api/records?wait=true", Some("application/json"), second.to_string()).await;
+    assert_eq!(s.as_u16(), 201, "{body}");
+    let (_, body) = common::call(&app, "GET", "/api/records?iata=JFK", None, Body::empty()).await;
+    let icaos: Vec<&str> =
+        body["records"].as_array().expect("records").iter().filter_map(|r| r["icao"].as_str()).collect();
+    assert_eq!(icaos.len(), 2, "both records with iata JFK: {body}");
+    assert!(icaos.contains(&"KJFK") && icaos.contains(&"ZZZB"), "{body}");
+    let (s, body) = common::call(
+        &app,
+        "PUT",
+        "/api/records?icao=NOPE&wait=true",
+        Some("application/json"),
+        r#"{"icao":"ZZNP","name":"Put Made"}"#.to_string(),
+    )
+    .await;
+    assert_eq!(s.as_u16(), 201, "{body}");
+    let (_, body) = common::call(&app, "GET", "/api/records?icao=ZZNP", None, Body::empty()).await;
+    assert_eq!(body["records"].as_array().map(Vec::len), Some(1), "PUT with no match stores the body: {body}");
+}
