@@ -91,7 +91,7 @@ async fn cli_and_http_answer_alike() {
         assert!(shown.status.success(), "{}", stderr(&shown));
         let (status, body) = common::call(&app, "GET", &format!("/api/wal/{id}"), None, Body::empty()).await;
         assert_eq!(status.as_u16(), 200, "{body}");
-        assert_eq!(stdout_json(&shown), [body.clone()], "wal show {id}");
+        assert_eq!(stdout_json(&shown), std::slice::from_ref(&body), "wal show {id}");
         assert_eq!(body["state"], state, "{body}");
     }
     let above = "2999-01-01T00:00:00.000000_00000000-0000-0000-0000-000000000000";
