@@ -73,17 +73,50 @@ pub struct Written {
     pub applied: bool,
 }
 
-/// Where a WAL entry is.
+/// Where a WAL entry is, as far as the WAL can tell ([`Catalog::wal_state`]). The applier
+/// removes an entry once applied and keeps no list of applied ids; what it keeps is, per
+/// shard, the checkpoint: the id of the last entry that shard applied.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum WalState {
-    /// Logged, not yet applied.
+    /// Logged, not yet applied: in its shard's pending partition.
     Pending,
-    /// Applied (not pending, and at or below the checkpoint).
+    /// Applied, known: the id is a shard's checkpoint, the last entry that shard applied.
     Applied,
     /// Moved to the WAL's `dead` partition: it can never be applied (the reason is in
     /// [`crate::wal::Wal::dead_reason`]).
     Dead,
+    /// Not pending, not dead, below a shard's checkpoint: applied if it was ever logged. An id
+    /// that was never logged reads the same, so this is not a proof that it exists. For an
+    /// id a write returned, it means applied.
+    Unknown,
+}
+
+impl WalState {
+    /// One sentence on what the state means and how it was inferred.
+    pub fn detail(self) -> &'static str {
+        match self {
+            WalState::Pending => "logged, not applied yet: it is in its shard's pending partition",
+            WalState::Applied => "applied: it is the checkpoint of its shard (the last entry that shard applied)",
+            WalState::Dead => "can never be applied: it is in the dead partition (see `dead`, GET /api/wal/dead)",
+            WalState::Unknown => {
+                "not pending, not dead, and below the checkpoint: applied if it was ever logged (the WAL removes \
+                 entries once applied and keeps no list of them, so an id that was never logged reads the same; \
+                 for an id a write returned, this means applied)"
+            }
+        }
+    }
+}
+
+/// A WAL entry's state as `GET /api/wal/{id}` and `table-catalog wal show ID` print it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct WalEntryState {
+    /// The id asked about.
+    pub id: String,
+    /// Where it is.
+    pub state: WalState,
+    /// What the state means and how it was inferred ([`WalState::detail`]).
+    pub detail: &'static str,
 }
 
 /// Health of one WAL shard.
@@ -540,11 +573,14 @@ impl Catalog {
             .collect())
     }
 
-    /// Where a WAL entry is: pending (in any shard), applied or dead. The applier advances a
-    /// shard's checkpoint before it removes applied entries, so an entry applied just before a
-    /// crash is either still pending (and applied again, idempotently) or at or below its
-    /// shard's checkpoint.
-    /// [`Error::NotFound`] for an id that is in none of these states.
+    /// Where a WAL entry is ([`WalState`]): pending (in any shard), dead, applied (it is a
+    /// shard's checkpoint) or unknown (below a checkpoint: applied if it was ever logged). The
+    /// applier advances a shard's checkpoint before it removes applied entries, so an entry
+    /// that is no longer pending is always at or below its shard's checkpoint.
+    /// [`Error::Invalid`] for a malformed id; [`Error::NotFound`] for an id that is not
+    /// pending, not dead and above every checkpoint (never logged, or its write has not been
+    /// acknowledged yet). One read per shard for the pending check and one for the checkpoints,
+    /// plus one for the dead partition.
     pub async fn wal_state(&self, id: &str) -> Result<WalState> {
         let id = WalId::parse(id).ok_or_else(|| Error::invalid(format!("'{id}' is not a WAL id")))?;
         if self.wal.find_pending(&id).await?.is_some() {
@@ -553,10 +589,23 @@ impl Catalog {
         if self.wal.dead_reason(&id).await?.is_some() {
             return Ok(WalState::Dead);
         }
-        match self.wal.latest_checkpoint().await? {
-            Some(cp) if id <= cp => Ok(WalState::Applied),
+        let count = self.wal.current_shard_count().await?;
+        let checkpoints = futures::future::try_join_all(ShardId::all(count).map(|s| self.wal.checkpoint(s))).await?;
+        let checkpoints: Vec<WalId> = checkpoints.into_iter().flatten().collect();
+        if checkpoints.iter().any(|cp| crate::wal::id::entry_of(cp.as_str()) == id.as_str()) {
+            return Ok(WalState::Applied);
+        }
+        match checkpoints.iter().max() {
+            Some(cp) if id <= *cp => Ok(WalState::Unknown),
             _ => Err(Error::NotFound(format!("WAL entry {id} is not pending and was never applied"))),
         }
+    }
+
+    /// [`Catalog::wal_state`] with the id and the state's explanation, as the HTTP API and the
+    /// CLI print it.
+    pub async fn wal_entry_state(&self, id: &str) -> Result<WalEntryState> {
+        let state = self.wal_state(id).await?;
+        Ok(WalEntryState { id: id.to_string(), state, detail: state.detail() })
     }
 
     /// One page of the WAL's dead entries (entries that can never be applied), with the

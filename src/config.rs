@@ -258,19 +258,37 @@ impl Config {
             Some(schema) => (schema, None),
             None => match schema_row::read(store.as_ref(), &names.wal_table).await? {
                 Some(s) => (Schema::new(s.index_keys.clone(), s.row_key.clone())?, Some(s)),
-                None => {
-                    return Err(Error::Config(format!(
-                        "catalog '{}' has no stored schema yet: set {} and {}",
-                        names.table,
-                        settings::INDEX_KEYS,
-                        settings::ROW_KEY
-                    )))
-                }
+                None => return Err(self.no_such_catalog(store, names).await),
             },
         };
         let hashed = self.hashed_keys.clone().or_else(|| stored.as_ref().map(|s| s.hashed.clone())).unwrap_or_default();
         let redact = self.redact_keys.clone().or_else(|| stored.as_ref().map(|s| s.redact.clone())).unwrap_or_default();
         schema.with_hashed_keys(hashed, redact, key)
+    }
+
+    /// The error for a catalog without a stored schema when none is configured: most often a
+    /// missing or mistyped name, so it names the catalogs the store holds where it can list
+    /// them (tables `T` whose WAL table `Twal` has a schema row), then how to create one.
+    async fn no_such_catalog(&self, store: &Arc<dyn Store>, names: &Names) -> Error {
+        let place = match &self.backend {
+            Backend::Local(path) => format!("the embedded store in {}", path.display()),
+            Backend::Azure(_) | Backend::AzureIdentity => "this storage account".to_string(),
+        };
+        let others = match existing_catalogs(store.as_ref()).await {
+            Some(found) if found.is_empty() => "; there are no catalogs here".to_string(),
+            Some(found) => format!("; catalogs here: {}", found.join(", ")),
+            None => String::new(),
+        };
+        Error::Config(format!(
+            "no catalog named '{}' in {place} (its WAL table '{}' holds no schema): to open an existing catalog, \
+             set {} (--name){others}; to create '{}', set {} and {} (--index-keys, --row-key)",
+            names.table,
+            names.wal_table,
+            settings::NAME,
+            names.table,
+            settings::INDEX_KEYS,
+            settings::ROW_KEY
+        ))
     }
 
     /// Connects and opens the catalog (creating tables and queues as needed).
@@ -280,6 +298,21 @@ impl Config {
         let schema = self.resolve_schema(&store, &names).await?;
         Ok(Catalog::open(store, names, schema, self.options.clone()).await?.with_request_counts(counts))
     }
+}
+
+/// The catalogs in `store` with the default WAL name: tables `T` where `Twal` exists and
+/// holds a schema row. `None` where the store cannot list tables or the listing fails (it only
+/// feeds an error message).
+async fn existing_catalogs(store: &dyn Store) -> Option<Vec<String>> {
+    let tables = store.list_tables().await.ok()??;
+    let mut found = Vec::new();
+    for t in &tables {
+        let wal = format!("{t}wal");
+        if tables.contains(&wal) && matches!(schema_row::read(store, &wal).await, Ok(Some(_))) {
+            found.push(t.clone());
+        }
+    }
+    Some(found)
 }
 
 #[cfg(test)]

@@ -304,7 +304,7 @@ async fn progress_text(catalog: &Catalog, a: &AddedIndex) -> String {
     match JobId::parse(id) {
         Ok(job_id) => match jobs(catalog).get(&job_id).await {
             Ok(job) => format!(
-                " (backfill job {id}: {} of {} work items done, {} rows scanned, {} rows written; GET /api/jobs/{id})",
+                " (backfill job {id}: {} of {} work items done, {} rows scanned, {} rows written; GET /api/jobs/{id} or table-catalog jobs show {id})",
                 job.steps_done,
                 job.steps_done + job.steps_pending,
                 job.counters.get("rows").copied().unwrap_or(0),

@@ -86,7 +86,7 @@ impl Filter {
                 Some(IndexState::Backfilling) if self.allow_partial => {}
                 Some(IndexState::Backfilling) => {
                     return Err(Error::IndexNotReady(format!(
-                        "index '{field}' is backfilling: rows of records written before it was added are still being added, so a lookup could miss records; pass allow_partial=true to read the rows it has"
+                        "index '{field}' is backfilling: rows of records written before it was added are still being added, so a lookup could miss records; pass allow_partial=true (HTTP) or --allow-partial (table-catalog query) to read the rows it has"
                     )))
                 }
                 Some(IndexState::Dropping) => {

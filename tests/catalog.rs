@@ -208,4 +208,26 @@ async fn wal_state_reports_pending_applied_dead_and_unknown() {
     assert!(c.wal().dead_reason(&bad).await.unwrap().is_some());
     let never = WalId::new(table_catalog::wal::id::now_micros() + 60_000_000, uuid::Uuid::new_v4());
     assert!(matches!(c.wal_state(never.as_str()).await, Err(Error::NotFound(_))));
+    // An id below the checkpoint that was never logged is not reported as applied (issue 28).
+    let old = "2000-01-01T00:00:00.000000_00000000-0000-0000-0000-000000000000";
+    assert_eq!(c.wal_state(old).await.unwrap(), WalState::Unknown);
+}
+
+/// `applied` only where the WAL knows it: the id is its shard's checkpoint. An entry applied
+/// before a later one of the same shard is below the checkpoint: `unknown` ("applied if it
+/// was ever logged"), as an id that was never logged is; the answer says so.
+#[tokio::test]
+async fn wal_state_says_applied_only_for_a_checkpoint() {
+    let c = open().await;
+    let first = c.upsert(jfk(), true).await.unwrap();
+    assert_eq!(c.wal_state(&first.id).await.unwrap(), WalState::Applied);
+    let mut newer = jfk();
+    newer.insert("elevation".into(), json!(14));
+    let second = c.upsert(newer, true).await.unwrap();
+    assert_eq!(first.shard, second.shard, "one record, one shard");
+    assert_eq!(c.wal_state(&second.id).await.unwrap(), WalState::Applied);
+    assert_eq!(c.wal_state(&first.id).await.unwrap(), WalState::Unknown);
+    let report = c.wal_entry_state(&first.id).await.unwrap();
+    assert_eq!((report.id.as_str(), report.state), (first.id.as_str(), WalState::Unknown));
+    assert!(report.detail.contains("applied if it was ever logged"), "{}", report.detail);
 }

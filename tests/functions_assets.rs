@@ -406,8 +406,9 @@ async fn http_functions_are_served_by_the_api_router() {
             let status = resp.status();
             let body = http_body_util::BodyExt::collect(resp.into_body()).await.unwrap().to_bytes();
             // A 404 from a handler (unknown WAL id) carries the API's JSON error; the router's
-            // own 404 for an unrouted path has an empty body.
-            let api_error = serde_json::from_slice::<Value>(&body).is_ok_and(|v| v.get("error").is_some());
+            // own 404 for an unrouted path has the code `no_route`.
+            let api_error = serde_json::from_slice::<Value>(&body)
+                .is_ok_and(|v| v.get("error").is_some_and(|e| e["code"] != "no_route"));
             assert!(
                 status != StatusCode::METHOD_NOT_ALLOWED && (status != StatusCode::NOT_FOUND || api_error),
                 "{method} {path} (function {name}) is not routed: {status}"

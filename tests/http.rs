@@ -188,3 +188,62 @@ async fn bad_input_gets_a_clear_4xx_and_writes_nothing() {
         assert!(rows.is_empty());
     }
 }
+
+/// An unknown route (404) and a route called with a method it does not take (405) answer
+/// the same JSON error body as every other error, naming the method and path; the 405 keeps
+/// its `Allow` header. The Functions custom handler (more routes merged in) answers alike.
+#[tokio::test]
+async fn unknown_routes_and_wrong_methods_answer_json_errors() {
+    use http_body_util::BodyExt;
+    use tower::ServiceExt;
+    let catalog = airports_catalog(common::Backend::Local).await;
+    let apps = [
+        ("serve", table_catalog::http::router(catalog.clone())),
+        ("handler", table_catalog::functions::handler_router(catalog.clone())),
+    ];
+    for (name, app) in apps {
+        // The Functions invocation endpoints are merged into the handler only.
+        let sweep = match name {
+            "handler" => (StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed", "GET is not allowed on /sweep"),
+            _ => (StatusCode::NOT_FOUND, "no_route", "no route GET /sweep"),
+        };
+        let cases = [
+            ("GET", "/sweep", sweep.0, sweep.1, sweep.2),
+            ("GET", "/api/nope", StatusCode::NOT_FOUND, "no_route", "no route GET /api/nope"),
+            ("GET", "/nope/deeper?x=1", StatusCode::NOT_FOUND, "no_route", "no route GET /nope/deeper"),
+            (
+                "PATCH",
+                "/api/records",
+                StatusCode::METHOD_NOT_ALLOWED,
+                "method_not_allowed",
+                "PATCH is not allowed on /api/records",
+            ),
+            (
+                "POST",
+                "/api/status",
+                StatusCode::METHOD_NOT_ALLOWED,
+                "method_not_allowed",
+                "POST is not allowed on /api/status",
+            ),
+            ("DELETE", "/api/wal/dead", StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed", "DELETE is not allowed"),
+        ];
+        for (method, uri, status, code, message) in cases {
+            let req = axum::http::Request::builder().method(method).uri(uri).body(Body::empty()).unwrap();
+            let resp = app.clone().oneshot(req).await.unwrap();
+            assert_eq!(resp.status(), status, "{name} {method} {uri}");
+            let allow = resp.headers().get("allow").map(|v| v.to_str().unwrap_or_default().to_string());
+            assert_eq!(
+                resp.headers().get("content-type").and_then(|v| v.to_str().ok()),
+                Some("application/json"),
+                "{name} {method} {uri}"
+            );
+            let body: Value = serde_json::from_slice(&resp.into_body().collect().await.unwrap().to_bytes()).unwrap();
+            assert_eq!(body["error"]["code"], code, "{name} {method} {uri}: {body}");
+            let got = body["error"]["message"].as_str().unwrap_or_default();
+            assert!(got.contains(message), "{name} {method} {uri}: {got}");
+            if status == StatusCode::METHOD_NOT_ALLOWED {
+                assert!(allow.is_some_and(|a| !a.is_empty()), "{name} {method} {uri}: the Allow header stays");
+            }
+        }
+    }
+}

@@ -138,7 +138,9 @@ async fn migrate_one_shard_catalog_to_four(backend: common::Backend) {
     assert!(st.shards.iter().all(|s| s.pending == 0), "{ctx}: {st:?}");
     assert_eq!((st.pending, st.dead), (0, 0), "{ctx}: {st:?}");
     for id in &old_ids {
-        assert_eq!(new.wal_state(id.as_str()).await.unwrap(), WalState::Applied, "{ctx}");
+        let state = new.wal_state(id.as_str()).await.unwrap();
+        // Neither pending nor dead: applied (below or at its shard's checkpoint).
+        assert!(matches!(state, WalState::Unknown | WalState::Applied), "{ctx}: {state:?}");
     }
     assert_eq!(find(&new, r1["name"].as_str().unwrap()).await, Some(r1_new.clone()), "{ctx}: r1");
     assert_eq!(find(&new, r2["name"].as_str().unwrap()).await, Some(r2_new), "{ctx}: r2 (new version wins)");

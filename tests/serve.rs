@@ -54,3 +54,67 @@ async fn serve_applies_in_the_background_and_stops_cleanly_on_sigterm() {
     assert!(exit.success(), "clean exit after SIGTERM: {exit:?}");
     drain.await.unwrap();
 }
+
+/// `serve --import` on an address already in use fails at once, naming the address, and
+/// imports nothing (it binds before it imports).
+#[tokio::test]
+async fn serve_binds_before_it_imports() {
+    let dir = tempfile::tempdir().unwrap();
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let address = taken.local_addr().unwrap().to_string();
+    let csv = dir.path().join("two.csv");
+    std::fs::write(&csv, "icao,name\nKAAA,Field A\nKBBB,Field B\n").unwrap();
+    let store = dir.path().join("store");
+    let global = ["--name", "bindfirst", "--index-keys", "icao", "--row-key", "name", "--local-path"];
+    let out = Command::new(env!("CARGO_BIN_EXE_table-catalog"))
+        .env_remove("AZURE_STORAGE_CONNECTION_STRING")
+        .env_remove("AzureWebJobsStorage")
+        .args(global)
+        .arg(&store)
+        .args(["serve", "--listen", &address, "--import"])
+        .arg(&csv)
+        .output()
+        .await
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains(&format!("binding {address}")), "{stderr}");
+    assert!(!stderr.contains("imported"), "nothing is imported: {stderr}");
+    let c = table_catalog::config::Config::new("bindfirst").local_path(&store).open().await.unwrap();
+    assert_eq!(c.status().await.unwrap().checkpoint, None, "nothing was applied");
+    drop(taken);
+}
+
+/// Log lines carry no ANSI colour codes when stderr is not a terminal (a pipe, a file).
+#[tokio::test]
+async fn logs_to_a_pipe_have_no_colour_codes() {
+    use tokio::io::AsyncBufReadExt;
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_table-catalog"))
+        .env_remove("AZURE_STORAGE_CONNECTION_STRING")
+        .env_remove("AzureWebJobsStorage")
+        .env("RUST_LOG", "info")
+        .args(["--name", "plainlog", "--index-keys", "icao", "--row-key", "name", "--local-path"])
+        .arg(dir.path())
+        .args(["serve", "--listen", "127.0.0.1:0"])
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = tokio::io::BufReader::new(child.stderr.take().unwrap()).lines();
+    let mut said = Vec::new();
+    let read = async {
+        while let Ok(Some(line)) = lines.next_line().await {
+            let done = line.contains("listening on http://");
+            said.push(line);
+            if done {
+                break;
+            }
+        }
+    };
+    tokio::time::timeout(DEADLINE, read).await.expect("serve starts");
+    child.kill().await.unwrap();
+    let text = said.join("\n");
+    assert!(text.contains("INFO") && text.contains("serving"), "an info line was logged: {text}");
+    assert!(!text.contains('\u{1b}'), "no escape codes: {text:?}");
+}

@@ -48,10 +48,12 @@ pub async fn run(cli: Cli) -> Result<ExitCode> {
     let catalog = Arc::new(config.open().await.context("opening the catalog")?);
     match command {
         Command::Serve { listen, import, sweep_interval, scan_workers, queue_lease } => {
+            // Bind before importing: a port already in use fails at once, not after the
+            // import. Connections made meanwhile wait in the backlog until serving starts.
+            let listener = tokio::net::TcpListener::bind(&listen).await.with_context(|| format!("binding {listen}"))?;
             if let Some(file) = import {
                 import_file(&catalog, &file, None, import::DEFAULT_BATCH, false, Acks::Silent).await?;
             }
-            let listener = tokio::net::TcpListener::bind(&listen).await.with_context(|| format!("binding {listen}"))?;
             // The bound address, so `--listen 127.0.0.1:0` reports the port it got.
             let address = listener.local_addr().map_or(listen, |a| a.to_string());
             let names = catalog.names();
@@ -84,19 +86,21 @@ pub async fn run(cli: Cli) -> Result<ExitCode> {
                 return Ok(ExitCode::FAILURE);
             }
         }
-        Command::Query { filters, row_from, row_to, limit } => {
-            let filter = parse_filters(&filters)?.range(row_from, row_to);
+        Command::Query { filters, row_from, row_to, limit, allow_partial } => {
+            let filter = parse_filters(&filters)?.range(row_from, row_to).allow_partial(allow_partial);
             let mut token: Option<String> = None;
             let mut printed = 0;
-            while printed < limit {
-                let page = catalog.query(&filter, (limit - printed).min(1000), token.as_deref()).await?;
+            // The first page is always asked for, so the catalog checks the limit (0 gets the
+            // error HTTP answers 400 with); later pages ask for what is left, at most 1,000.
+            loop {
+                let page = catalog.query(&filter, limit.saturating_sub(printed).min(1000), token.as_deref()).await?;
                 for r in page.records {
                     println!("{}", Value::Object(r.record));
                     printed += 1;
                 }
                 match page.continuation {
-                    Some(t) => token = Some(t),
-                    None => break,
+                    Some(t) if printed < limit => token = Some(t),
+                    _ => break,
                 }
             }
             if printed == 0 {
@@ -139,6 +143,9 @@ pub async fn run(cli: Cli) -> Result<ExitCode> {
             if printed == 0 {
                 eprintln!("no history for {filter}");
             }
+        }
+        Command::Wal { action: super::WalAction::Show { id } } => {
+            println!("{}", serde_json::to_string(&catalog.wal_entry_state(&id).await?)?)
         }
         Command::Status => println!("{}", serde_json::to_string(&catalog.status().await?)?),
         Command::Sweep => println!("{}", serde_json::to_string(&catalog.sweep().await?)?),

@@ -122,7 +122,8 @@ pub enum Command {
         /// Address to listen on (port 0: any free port; the bound address is printed on stderr).
         #[arg(long, env = settings::LISTEN, default_value = settings::DEFAULT_LISTEN)]
         listen: String,
-        /// Import this file (CSV or JSON lines) before serving.
+        /// Import this file (CSV or JSON lines) before serving (after binding the address, so
+        /// an address in use fails before the import).
         #[arg(long)]
         import: Option<PathBuf>,
         /// Seconds between sweeps.
@@ -172,9 +173,13 @@ pub enum Command {
         /// Largest sort value.
         #[arg(long)]
         row_to: Option<String>,
-        /// Most records to print.
+        /// Most records to print (1 or more; read in pages of up to 1,000).
         #[arg(long, default_value_t = 1000)]
         limit: usize,
+        /// Read an index that is still backfilling: the rows it has so far, which miss records
+        /// written before it was added and not yet backfilled (HTTP: allow_partial=true).
+        #[arg(long)]
+        allow_partial: bool,
     },
     /// Insert one record (a JSON object) and apply it.
     Insert {
@@ -271,6 +276,11 @@ pub enum Command {
         #[arg(long, default_value_t = 1000)]
         limit: usize,
     },
+    /// WAL entries: `wal show ID` prints where one is, as `GET /api/wal/{id}` does.
+    Wal {
+        #[command(subcommand)]
+        action: WalAction,
+    },
     /// Move dead WAL entries back to pending (all, or one with --id), then apply them; each
     /// keeps its id, so writes acknowledged after it still win.
     Redrive {
@@ -281,6 +291,19 @@ pub enum Command {
     /// Benchmarks: lookups and writes against running servers, a simulated-Azure scale-out run,
     /// a synthetic catalog for the whole-table runs (see docs/BENCHMARKS.md).
     Bench(bench::BenchArgs),
+}
+
+/// `wal` subcommands.
+#[derive(Debug, Subcommand)]
+pub enum WalAction {
+    /// Where WAL entry ID is, as JSON `{id, state, detail}` (the answer of
+    /// `GET /api/wal/{id}`): pending, applied (its shard's checkpoint), dead, or unknown
+    /// (below a checkpoint: applied if it was ever logged). Exit status 1 for an id that is
+    /// not pending and above every checkpoint.
+    Show {
+        /// The WAL id a write returned, e.g. 2026-11-26T10:00:00.000000_0f8fad5b-d9cb-469f-a165-70867728950e.
+        id: String,
+    },
 }
 
 /// How a whole-table command walks the table.
@@ -306,14 +329,20 @@ pub enum FormatArg {
 }
 
 /// Logs to stderr; `RUST_LOG` overrides the default level (info for servers, warn otherwise).
+/// Colour (ANSI escapes) only when stderr is a terminal, so log files hold plain text.
 pub fn init_logging(command: &Command) {
+    use std::io::IsTerminal as _;
     let default = match command {
         Command::Serve { .. } | Command::Handler => "info",
         _ => "warn",
     };
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
-    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .try_init();
 }
 
 impl CatalogArgs {

@@ -87,7 +87,7 @@ async fn sweep(State(catalog): State<Arc<Catalog>>, body: Bytes) -> Response {
 
 /// The whole custom-handler app: the forwarded HTTP API plus the invocation endpoints.
 pub fn handler_router(catalog: Arc<Catalog>) -> Router {
-    crate::http::router(catalog.clone()).merge(router(catalog))
+    crate::http::router(catalog.clone()).merge(router(catalog)).method_not_allowed_fallback(crate::http::wrong_method)
 }
 
 #[cfg(test)]

@@ -33,6 +33,28 @@ impl ApiError {
         }
     }
 
+    /// A 404 `no_route` for a path no route serves (`not_found` is for a resource a route
+    /// looked for).
+    pub fn no_route(method: &str, path: &str) -> ApiError {
+        ApiError {
+            status: StatusCode::NOT_FOUND,
+            code: "no_route",
+            message: format!("no route {method} {path}; the routes are listed under \"HTTP API\" in README.md"),
+            retry_after_secs: None,
+        }
+    }
+
+    /// A 405 `method_not_allowed` for a route that exists but not with this method (the
+    /// response's `Allow` header lists the methods it takes).
+    pub fn method_not_allowed(method: &str, path: &str) -> ApiError {
+        ApiError {
+            status: StatusCode::METHOD_NOT_ALLOWED,
+            code: "method_not_allowed",
+            message: format!("{method} is not allowed on {path}; the Allow header lists the methods it takes"),
+            retry_after_secs: None,
+        }
+    }
+
     /// A 415 for a body that is not JSON.
     pub fn unsupported_media_type(got: &str) -> ApiError {
         ApiError {

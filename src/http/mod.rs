@@ -9,14 +9,15 @@
 //! | `DELETE /api/records?field=value[&row_from&row_to][&wait=true]` | delete the matching records; 202 `{id}` |
 //! | `POST /api/records/batch[?wait=true]` | upsert a JSON array or JSON lines; one result per input |
 //! | `GET /api/records/history?field=value[&limit&continuation]` | `{history: [{identity, op, wal_id, time, time_us, record}], continuation}`, newest first ([`crate::history`]); 404 when the catalog keeps no history |
-//! | `GET /api/wal/{id}` | `{id, state: pending|applied|dead}` |
+//! | `GET /api/wal/{id}` | `{id, state: pending|applied|dead|unknown, detail}` ([`crate::catalog::WalState`]); 404 when not pending and above every checkpoint |
 //! | `GET /api/wal/dead[?limit&continuation]` | dead entries with the reason each died |
 //! | `POST /api/wal/dead/redrive[?id=ID]` | move one dead entry (or all) back to pending |
 //! | `GET /api/health`, `GET /api/status` | liveness; pending / oldest age / checkpoint / poison |
 //! | `GET /api/metrics` | operator metrics, Prometheus text ([`crate::metrics`]) |
 //! | `/api/jobs...`, `GET /api/export` | whole-table jobs and the export ([`jobs`]) |
 //!
-//! Errors are `{"error": {"code", "message"}}`: 400 bad input, 404, 409, 413 too large,
+//! Errors are `{"error": {"code", "message"}}`, unknown routes (404 `no_route`) and wrong
+//! methods (405 `method_not_allowed`) included: 400 bad input, 404, 409, 413 too large,
 //! 415 not JSON, 503 storage unavailable, 504 `wait` timed out (the write stays durable).
 
 pub mod error;
@@ -28,7 +29,7 @@ use std::sync::Arc;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{DefaultBodyLimit, Path, RawQuery, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::{HeaderMap, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
@@ -76,7 +77,21 @@ pub fn router(catalog: AppState) -> Router {
         .route("/api/metrics", get(metrics))
         .merge(jobs::routes())
         .merge(indexes::routes())
+        .fallback(unknown_route)
+        .method_not_allowed_fallback(wrong_method)
         .with_state(catalog)
+}
+
+/// 404 with the JSON error body for a path no route serves.
+async fn unknown_route(method: Method, uri: Uri) -> ApiError {
+    ApiError::no_route(method.as_str(), uri.path())
+}
+
+/// 405 with the JSON error body for a route that does not take this method (axum adds the
+/// `Allow` header). Set on the routes of a router when it is called: call it again after
+/// merging more routes (the Functions handler does).
+pub(crate) async fn wrong_method(method: Method, uri: Uri) -> ApiError {
+    ApiError::method_not_allowed(method.as_str(), uri.path())
 }
 
 /// Parsed query string.
@@ -312,9 +327,10 @@ async fn history(State(c): State<AppState>, RawQuery(q): RawQuery) -> Result<Res
     Ok(Json(page).into_response())
 }
 
+/// `GET /api/wal/{id}`: `{id, state, detail}` ([`crate::catalog::WalState`]); 404 for an
+/// id above every checkpoint and not pending.
 async fn wal_state(State(c): State<AppState>, Path(id): Path<String>) -> Result<Response, ApiError> {
-    let state = c.wal_state(&id).await?;
-    Ok(Json(json!({"id": id, "state": state})).into_response())
+    Ok(Json(c.wal_entry_state(&id).await?).into_response())
 }
 
 /// `GET /api/wal/dead[?limit&continuation]`: `{entries: [{id, op, shard, reason,

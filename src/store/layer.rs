@@ -158,6 +158,10 @@ impl<L: Layer> TableStore for LayeredStore<L> {
     async fn delete_table(&self, table: &str) -> StoreResult<()> {
         self.layer.run(Call::on(OpKind::DeleteTable, table), || self.inner.delete_table(table)).await
     }
+    /// Forwarded without the layer: a diagnostic listing, not a catalog request.
+    async fn list_tables(&self) -> StoreResult<Option<Vec<String>>> {
+        self.inner.list_tables().await
+    }
     async fn get(&self, table: &str, pk: &str, rk: &str) -> StoreResult<Option<Entity>> {
         self.layer.run(Call::entity(OpKind::Get, table, pk, rk), || self.inner.get(table, pk, rk)).await
     }

@@ -283,6 +283,14 @@ pub trait TableStore: Send + Sync {
         .await
     }
 
+    /// The names of the tables that exist (lowercase on the embedded store), for
+    /// diagnostics such as naming the catalogs a mistyped `--name` could have meant.
+    /// `Ok(None)` where the backend does not list tables (the default; Azure here). Not
+    /// counted as a storage request by [`counting`], not subject to fault layers.
+    async fn list_tables(&self) -> StoreResult<Option<Vec<String>>> {
+        Ok(None)
+    }
+
     /// Runs an entity group transaction on one partition: all operations or none.
     /// Rejected with `InvalidInput` before any I/O if it holds more than [`MAX_BATCH_OPS`]
     /// operations, mixes partitions or repeats a RowKey. Returns one ETag per operation

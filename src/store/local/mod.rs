@@ -162,6 +162,10 @@ impl TableStore for LocalStore {
         self.write(move |c| sql::delete_table(c, &t)).await
     }
 
+    async fn list_tables(&self) -> StoreResult<Option<Vec<String>>> {
+        self.read(sql::table_names).await.map(Some)
+    }
+
     async fn get(&self, table: &str, partition_key: &str, row_key: &str) -> StoreResult<Option<Entity>> {
         let (t, pk, rk) = (table.to_lowercase(), partition_key.to_string(), row_key.to_string());
         self.read(move |c| sql::get(c, &t, &pk, &rk)).await

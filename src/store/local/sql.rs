@@ -63,6 +63,13 @@ pub(super) fn create_table(conn: &Connection, table: &str) -> StoreResult<()> {
     exec(conn, "INSERT OR IGNORE INTO tables (name) VALUES (?1)", [table]).map(|_| ())
 }
 
+/// Every table's name, in order.
+pub(super) fn table_names(conn: &Connection) -> StoreResult<Vec<String>> {
+    let mut stmt = conn.prepare_cached("SELECT name FROM tables ORDER BY name").map_err(db_err)?;
+    let names = stmt.query_map([], |r| r.get::<_, String>(0)).map_err(db_err)?;
+    names.collect::<rusqlite::Result<Vec<String>>>().map_err(db_err)
+}
+
 /// Deletes a table and its entities; a missing table is not an error.
 pub(super) fn delete_table(conn: &Connection, table: &str) -> StoreResult<()> {
     exec(conn, "DELETE FROM entities WHERE tbl = ?1", [table])?;
