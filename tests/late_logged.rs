@@ -40,8 +40,8 @@ use table_catalog::server::ServeOptions;
 use table_catalog::store::fault::{Fault, FaultStore, Gate, OpKind, Rule, Trigger};
 use table_catalog::store::layer::{Call, Layer, LayeredStore, Returned};
 use table_catalog::store::{
-    BatchOp, ETag, Entity, IfMatch, Page, PartitionRange, QueueStore, ReceivedMessage, RowRange, Store, StoreResult,
-    TableStore,
+    BatchOp, ETag, Entity, IfMatch, Page, PartitionRange, QueueStore, ReceivedMessage, RowRange, Store, StoreError,
+    StoreResult, TableStore,
 };
 use table_catalog::verify;
 use table_catalog::wal::{ShardId, WalId};
@@ -928,6 +928,72 @@ async fn an_upsert_read_before_the_seals_were_raised_is_applied_before_the_delet
             up.id,
             del.id
         );
+        verify_clean(&b, &label).await;
+    }
+}
+
+/// Found by the simulator (seed 2173: two history rows of one WAL entry). U, an upsert in
+/// shard 3, takes its id and is held; F = a delete (shard 0) passes its barrier's first check
+/// and is held before it raises the seals; U is written and acknowledged, and U's applier
+/// applies it under its own id (U is not stamped: the seal is not raised yet), writes its
+/// history row, and fails to remove it from the pending partition. Then the seals are raised,
+/// F's second check finds U still pending, and U is applied again, now stamped after F's
+/// seal. U takes effect once, at the stamp: its history holds one row, the stamped one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upsert_applied_once_then_stamped_keeps_one_history_row() {
+    for backend in common::backends() {
+        let label = format!("{backend:?}");
+        let inner = common::store(backend);
+        let names = Names::new(&common::unique_name("twice"), None, None).unwrap();
+        let shard = ShardId::new(3).unwrap();
+        let layer = Arc::new(HoldSeals::new(&names.wal_table, &shard.partition()));
+        let mut opts = options();
+        opts.history = HistoryOptions::on();
+        let b = open(Arc::new(LayeredStore::with_layer(inner.clone(), layer.clone())), &names, opts.clone()).await;
+        let slow = Arc::new(FaultStore::new(inner.clone(), 1));
+        let a = open(slow.clone(), &names, opts).await;
+        let r = in_shard(3, "KRRR", "RRR", "Romeo field");
+
+        let gate = hold_next_entry(&slow, &names);
+        let late = tokio::spawn({
+            let (a, r) = (a.clone(), r.clone());
+            async move { a.upsert(r, false).await }
+        });
+        within(&format!("{label}: U's entry insert reaches the gate"), gate.reached(1)).await;
+        let del = b.delete(f("icao", "KNONE"), false).await.unwrap();
+        layer.armed.store(true, Ordering::SeqCst);
+        let pass_f = tokio::spawn({
+            let b = b.clone();
+            async move { b.applier().apply_shard(ShardId::ZERO).await }
+        });
+        within(&format!("{label}: F's barrier reaches the seals"), layer.door.reached(1)).await;
+
+        gate.open();
+        let up = within(&format!("{label}: U is acknowledged"), late).await.unwrap().unwrap();
+        assert_eq!(up.shard, Some(shard), "{label}: U is logged in shard 3");
+        assert!(id(&up) < id(&del), "{label}: U's id {} is below F's {}", up.id, del.id);
+        // U's group is written; removing it from the pending partition (a batch) fails.
+        slow.add(
+            Rule::new(&[OpKind::Batch], Trigger::Nth(1), Fault::Fail(StoreError::Unavailable("test".into())))
+                .on(&names.wal_table),
+        );
+        let first = within(&format!("{label}: U's first pass"), a.applier().apply_shard(shard)).await;
+        assert!(first.is_err(), "{label}: U's first pass fails at the removal: {first:?}");
+        let rows = b.history("icao", "KRRR", 100, None).await.unwrap().history;
+        assert_eq!(rows.len(), 1, "{label}: U's first application wrote its row: {rows:?}");
+
+        layer.door.open();
+        within(&format!("{label}: F's pass"), pass_f).await.unwrap().unwrap();
+        drain(&[&b, &a], &label).await;
+
+        let rows = b.history("icao", "KRRR", 100, None).await.unwrap().history;
+        let ids: Vec<&str> = rows.iter().map(|e| e.wal_id.as_str()).collect();
+        assert_eq!(ids.len(), 1, "{label}: one history row for U, got {ids:?}");
+        assert!(
+            WalId::parse_effective(ids[0]).is_some_and(|w| w.is_stamped()) && ids[0].ends_with(&up.id),
+            "{label}: U's row is the stamped one: {ids:?}"
+        );
+        assert_eq!(b.query_all(&f("icao", "KRRR")).await.unwrap(), vec![r], "{label}: R is live");
         verify_clean(&b, &label).await;
     }
 }
