@@ -997,3 +997,53 @@ async fn an_upsert_applied_once_then_stamped_keeps_one_history_row() {
         verify_clean(&b, &label).await;
     }
 }
+
+/// Found by the simulator (seed 9366, one shard). A write whose clock publication failed is
+/// indeterminate, but its entry may be stored with an id nobody published. Once an applier
+/// makes its effect visible, an operation issued after someone saw it must be ordered after
+/// it. U = upsert of R through instance A, whose clock runs 10 s ahead and whose publication
+/// fails: U's entry is stored, U answers an error. B applies U and reads R. Then D = delete of
+/// R through B: its id came from the clock, below U's unpublished one, so D was ordered
+/// before U and R survived a delete issued after a read had seen it. The applier now
+/// publishes an entry's id before applying it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delete_issued_after_a_read_saw_a_failed_upsert_removes_it() {
+    for backend in common::backends() {
+        let label = format!("{backend:?}");
+        let inner = common::store(backend);
+        let names = Names::new(&common::unique_name("unpub"), None, None).unwrap();
+        let b = open(inner.clone(), &names, options()).await;
+        let slow = Arc::new(FaultStore::new(inner.clone(), 1));
+        let mut ahead = options();
+        ahead.wal.clock_skew_us = 10_000_000;
+        let a = open(slow.clone(), &names, ahead).await;
+        let rec: Record =
+            json!({"icao": "KUUU", "iata": "UUU", "lid": "UUU", "name": "Uniform Field"}).as_object().cloned().unwrap();
+
+        // U's entry is stored; its clock publication (the process's first: an upsert) fails.
+        slow.add(
+            Rule::new(
+                &[OpKind::Upsert, OpKind::Batch],
+                Trigger::Nth(1),
+                Fault::Fail(StoreError::Unavailable("test".into())),
+            )
+            .on(&names.wal_table),
+        );
+        let failed = a.upsert(rec.clone(), false).await;
+        assert!(failed.is_err(), "{label}: U's publication failed, so U answers an error: {failed:?}");
+        assert_eq!(b.status().await.unwrap().pending, 1, "{label}: U's entry is stored");
+
+        drain(&[&b], &label).await;
+        assert_eq!(b.query_all(&f("icao", "KUUU")).await.unwrap(), vec![rec.clone()], "{label}: B reads U's record");
+
+        let del = b.delete(f("icao", "KUUU"), true).await.unwrap();
+        assert!(del.applied, "{label}: D applied");
+        let left = b.query_all(&f("icao", "KUUU")).await.unwrap();
+        assert!(
+            left.is_empty(),
+            "{label}: D, issued after a read saw R, must remove it (D = {}); found {left:?}",
+            del.id
+        );
+        verify_clean(&b, &label).await;
+    }
+}

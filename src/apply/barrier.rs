@@ -236,15 +236,12 @@ impl Applier {
         Ok(!late(self.wal.pending_before(own, id, mine.len() + 1).await?))
     }
 
-    /// Makes the id clock's high-water mark at least `bound`'s timestamp (one read; one
-    /// publication when it is below, e.g. while the filter entry's own round still
+    /// Makes the id clock's high-water mark at least `bound`'s timestamp (at most one read;
+    /// one publication when it is below, e.g. while the filter entry's own round still
     /// publishes), so every id allocated from now on is larger than every id stamped with
     /// `bound`.
     async fn publish_at_least(&self, bound: &WalId) -> Result<()> {
         let Some(micros) = bound.micros() else { return Ok(()) };
-        if self.wal.high_water().await? < micros {
-            self.wal.publish_clock(micros).await?;
-        }
-        Ok(())
+        self.wal.publish_at_least(micros).await
     }
 }

@@ -378,6 +378,13 @@ impl Applier {
             // record, applied first, wrote a removal row for a record the other one removed).
             // Entries that were not stamped keep their order (the sort is stable).
             entries.sort_by(|a, b| a.effective().cmp(b.effective()));
+            // Nothing is applied under an id the clock has not published: a failed writer's
+            // entry may have been stored without its publication, and an operation issued
+            // after anyone saw its effect must get a larger id (stamped ids lie just above a
+            // seal, which its barrier published).
+            if let Some(top) = entries.iter().filter(|e| e.at.is_none()).filter_map(|e| e.id.micros()).max() {
+                self.wal.publish_at_least(top).await?;
+            }
             // An entry validated under a newer schema than ours: adopt it first.
             if let Some(newest) = entries.iter().map(|e| e.schema_version).max() {
                 self.ensure_schema(newest).await?;

@@ -231,10 +231,10 @@ impl Wal {
         Ok(entities.take(limit).try_collect().await?)
     }
 
-    /// Publishes `micros` on the id clock as this process's (see
-    /// [`clock::Clock::publish`]): every id allocated afterwards, by any process, is larger.
-    pub(crate) async fn publish_clock(&self, micros: i64) -> Result<()> {
-        self.appender.clock.publish(self.store.as_ref(), &self.table, micros).await
+    /// Makes the id clock's high-water mark at least `micros` (see
+    /// [`clock::Clock::publish_at_least`]: free when this process saw it there already).
+    pub(crate) async fn publish_at_least(&self, micros: i64) -> Result<()> {
+        self.appender.clock.publish_at_least(self.store.as_ref(), &self.table, micros).await
     }
 
     /// The id clock's high-water mark, in µs: every id published by any process (every
