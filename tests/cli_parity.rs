@@ -101,3 +101,32 @@ async fn cli_and_http_answer_alike() {
     assert_eq!(status.as_u16(), 404, "{body}");
     assert!(stderr(&shown).contains(body["error"]["message"].as_str().unwrap_or("?")), "{}", stderr(&shown));
 }
+
+/// `replace FIELD=VALUE… JSON` does what `PUT /api/records?FIELD=VALUE…` does (issue 27, item
+/// 5): the matched records go, the new one is stored; and `delete --row-from/--row-to` keeps
+/// to the sort range.
+#[test]
+fn replace_and_a_ranged_delete_from_the_cli() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = dir.path();
+    for (icao, name) in [("KAAA", "Alpha"), ("KBBB", "Bravo"), ("KCCC", "Charlie")] {
+        let r = format!(r#"{{"icao":"{icao}","iata":"ZZZ","name":"{name}"}}"#);
+        assert!(bin(store, &["insert", &r]).status.success());
+    }
+    let replaced = bin(store, &["replace", "icao=KAAA", r#"{"icao":"KAAA","iata":"AAA","name":"Alpha Two"}"#]);
+    assert!(replaced.status.success(), "{}", stderr(&replaced));
+    let by_icao = stdout_json(&bin(store, &["query", "icao=KAAA"]));
+    assert_eq!(by_icao.len(), 1, "{by_icao:?}");
+    assert_eq!(by_icao[0]["name"], "Alpha Two", "{by_icao:?}");
+
+    // Only the records of iata=ZZZ whose sort value (name) is in [Bravo, Bravo] go.
+    let deleted = bin(store, &["delete", "iata=ZZZ", "--row-from", "Bravo", "--row-to", "Bravo"]);
+    assert!(deleted.status.success(), "{}", stderr(&deleted));
+    let left: Vec<Value> = stdout_json(&bin(store, &["query", "iata=ZZZ"]));
+    let names: Vec<&str> = left.iter().filter_map(|r| r["name"].as_str()).collect();
+    assert_eq!(names, vec!["Charlie"], "{left:?}");
+
+    let bad = bin(store, &["replace", "icao=KAAA", "[1]"]);
+    assert_eq!(bad.status.code(), Some(1));
+    assert!(stderr(&bad).contains("must be a JSON object"), "{}", stderr(&bad));
+}

@@ -13,6 +13,7 @@ use table_catalog::apply::DrainOutcome;
 use table_catalog::catalog::Catalog;
 use table_catalog::import::{self, Format};
 use table_catalog::query::Filter;
+use table_catalog::record::Record;
 use table_catalog::server::{self, ServeOptions};
 use table_catalog::settings;
 
@@ -108,11 +109,16 @@ pub async fn run(cli: Cli) -> Result<ExitCode> {
             }
         }
         Command::Insert { json, upsert } => {
-            let record = match serde_json::from_str::<Value>(&json).context("the record is not valid JSON")? {
-                Value::Object(r) => r,
-                _ => bail!("the record must be a JSON object"),
-            };
+            let record = parse_record(&json)?;
             let w = if upsert { catalog.upsert(record, true).await? } else { catalog.insert(record, true).await? };
+            println!("{}", serde_json::to_string(&w)?);
+        }
+        Command::Replace { args, row_from, row_to } => {
+            let Some((json, filters)) = args.split_last() else {
+                bail!("replace: give FIELD=VALUE filters, then the record")
+            };
+            let record = parse_record(json)?;
+            let w = catalog.replace(parse_filters(filters)?.range(row_from, row_to), record, true).await?;
             println!("{}", serde_json::to_string(&w)?);
         }
         Command::Delete { filters, row_from, row_to } => {
@@ -192,6 +198,14 @@ pub async fn run(cli: Cli) -> Result<ExitCode> {
         Command::Bench(_) => {} // run above, without a catalog
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The record argument of `insert` and `replace`: a JSON object.
+fn parse_record(json: &str) -> Result<Record> {
+    match serde_json::from_str::<Value>(json).context("the record is not valid JSON")? {
+        Value::Object(r) => Ok(r),
+        _ => bail!("the record must be a JSON object"),
+    }
 }
 
 fn parse_filters(filters: &[String]) -> Result<Filter> {

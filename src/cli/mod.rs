@@ -190,6 +190,20 @@ pub enum Command {
         upsert: bool,
     },
     /// Delete the records matching field=value filters and apply it.
+    /// Replace the records a filter matches with one record (HTTP `PUT /api/records?FILTERS`):
+    /// the matched records are removed and the record is stored, as one WAL entry.
+    /// `table-catalog replace iata=JFK '{"icao":"KJFK",...}'`.
+    Replace {
+        /// Filters, e.g. iata=JFK, then the new record as a JSON object (the last argument).
+        #[arg(required = true, num_args = 2.., value_names = ["FIELD=VALUE", "JSON"])]
+        args: Vec<String>,
+        /// Smallest sort value.
+        #[arg(long)]
+        row_from: Option<String>,
+        /// Largest sort value.
+        #[arg(long)]
+        row_to: Option<String>,
+    },
     Delete {
         /// Filters, e.g. iata=JFK.
         #[arg(required = true)]
