@@ -1047,3 +1047,83 @@ async fn a_delete_issued_after_a_read_saw_a_failed_upsert_removes_it() {
         verify_clean(&b, &label).await;
     }
 }
+
+/// Holds every write to one partition of one table at a door.
+struct HoldPartition {
+    table: String,
+    partition: String,
+    door: Door,
+}
+
+impl Layer for HoldPartition {
+    async fn run<'a, T, F, Fut>(&'a self, call: Call<'a>, mut attempt: F) -> StoreResult<T>
+    where
+        T: Returned + Send + 'a,
+        F: FnMut() -> Fut + Send + 'a,
+        Fut: std::future::Future<Output = StoreResult<T>> + Send + 'a,
+    {
+        let write = matches!(call.op, OpKind::Insert | OpKind::Replace | OpKind::Upsert);
+        if write && call.target.to_lowercase() == self.table && call.partition_key == Some(self.partition.as_str()) {
+            self.door.pass().await;
+        }
+        attempt().await
+    }
+}
+
+/// Found by the simulator (seed 2717): as the test above, but N keeps P's value of the added
+/// index (country US) and its apply is held after its owner row, before its row of US. P
+/// (shard 0) finds N's owner row and is superseded; F = delete country=US (between P and N)
+/// then found no row of R under US at all, and recorded no removal. P's version must leave a
+/// tombstone there that F finds, and that N's row, written afterwards, replaces.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delete_between_a_superseded_replace_and_its_successor_still_being_written_records_its_removal() {
+    for backend in common::backends() {
+        let label = format!("{backend:?}");
+        let inner = common::store(backend);
+        let names = Names::new(&common::unique_name("shadow2"), None, None).unwrap();
+        let mut opts = options();
+        opts.history = HistoryOptions::on();
+        let c = open(inner.clone(), &names, opts.clone()).await;
+        add_index_until_active(&c, "country", &label).await;
+        let us = table_catalog::keys::partition_key("country", "US").unwrap();
+        let layer = Arc::new(HoldPartition { table: names.table.to_lowercase(), partition: us, door: Door::new() });
+        let held = open(Arc::new(LayeredStore::with_layer(inner.clone(), layer.clone())), &names, opts).await;
+        let base = in_shard(3, "KCCC", "CCC", "Charlie field");
+        let rc = |elevation: i64| {
+            let mut r = base.clone();
+            r.insert("country".into(), json!("US"));
+            r.insert("elevation".into(), json!(elevation));
+            r
+        };
+        let p = c.replace(f("country", "ZZ"), rc(1), false).await.unwrap();
+        let del = c.delete(f("country", "US"), false).await.unwrap();
+        let n = c.upsert(rc(2), false).await.unwrap();
+        assert!(id(&p) < id(&del) && id(&del) < id(&n), "{label}: P < F < N");
+        // N: owner row written, its row of US held.
+        let pass_n = tokio::spawn({
+            let held = held.clone();
+            async move { held.applier().apply_shard(ShardId::new(3).unwrap()).await }
+        });
+        within(&format!("{label}: N reaches its row of US"), layer.door.reached(1)).await;
+        // P is superseded, F resolves.
+        within(&format!("{label}: shard 0"), c.applier().apply_shard(ShardId::ZERO)).await.unwrap();
+        assert_eq!(c.status().await.unwrap().pending, 1, "{label}: only N is pending");
+        layer.door.open();
+        within(&format!("{label}: N's pass"), pass_n).await.unwrap().unwrap();
+        drain(&[&c], &label).await;
+
+        assert_eq!(c.query_all(&f("country", "US")).await.unwrap(), vec![rc(2)], "{label}: R is N's version");
+        verify_clean(&c, &label).await;
+        let history = c.history("icao", "KCCC", 100, None).await.unwrap().history;
+        let rows: Vec<(ChangeOp, &str)> = history.iter().map(|e| (e.op, e.wal_id.as_str())).collect();
+        assert_eq!(
+            rows,
+            vec![
+                (ChangeOp::Upsert, n.id.as_str()),
+                (ChangeOp::Delete, del.id.as_str()),
+                (ChangeOp::Replace, p.id.as_str())
+            ],
+            "{label}: R's history, newest first: N, F's removal, P"
+        );
+    }
+}

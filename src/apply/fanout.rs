@@ -122,8 +122,7 @@ impl Applier {
                 // Superseded by a newer entry of this record.
                 tracing::debug!(wal_id = %id, identity = %rk, owner = %newer.wal_id, "superseded");
                 if self.history.is_some() {
-                    let stored = current.as_ref().map(|e| record::payload(e, newer));
-                    self.shadow_superseded(schema, &rk, &keys, record, newer, stored.as_ref()).await?;
+                    self.shadow_superseded(schema, &rk, &keys, record, newer).await?;
                 }
                 return Ok(());
             }
@@ -165,14 +164,16 @@ impl Applier {
     /// A version superseded before it was applied (its record's owner row holds `newer`, a
     /// larger effective id) writes no live row. But in effective-id order it existed from
     /// its own id until `newer`, and a filter entry between the two that matches it removed
-    /// it: that filter must find it, at least for the history. So each row of an added-index
-    /// value this version has and the newer one (`stored`, its payload) lacks gets the
-    /// tombstone the newer entry would have written had this version been applied first:
-    /// `newer`'s id, this version's record, fenced like any row. A filter between the two
-    /// ids then meets a tombstone of a later entry ([`super::filter::Match::HiddenByLater`])
-    /// and asks the history which version came before it. Only with history (without it, a
-    /// filter never looks past the catalog's rows). Found by the simulator (seeds 7, 8, 115,
-    /// 181: a removal missing from the history).
+    /// it: that filter must find it, at least for the history. So each of its rows of an
+    /// added index gets a tombstone carrying this version, under the id just below `newer`
+    /// ([`just_below`]: above every other id below `newer`). A filter between the two ids
+    /// then meets a tombstone of a later entry ([`super::filter::Match::HiddenByLater`]) and
+    /// asks the history which version came before it; the newer entry's own rows (its id is
+    /// larger) replace the tombstones, also when it writes them after this (owner row first,
+    /// then the others: found by the simulator, seed 2717, where the newer entry had written
+    /// only its owner row). Only with history (without it, a filter never looks past the
+    /// catalog's rows). Found by the simulator (seeds 7, 8, 115, 181: a removal missing from
+    /// the history).
     async fn shadow_superseded(
         &self,
         schema: &crate::schema::Schema,
@@ -180,23 +181,18 @@ impl Applier {
         keys: &crate::schema::RecordKeys,
         record: &Record,
         newer: &RowMeta,
-        stored: Option<&Record>,
     ) -> Result<()> {
-        // A newer version this schema cannot key keeps no partition.
-        let newer_keys = stored.filter(|_| !newer.deleted).and_then(|r| schema.record_keys(r).ok());
-        let empty = crate::schema::RecordKeys { row_key: rk.to_string(), partitions: Vec::new() };
-        let kept = newer_keys.as_ref().unwrap_or(&empty);
         let added = schema.added_keys();
         let shadows: Vec<(String, String)> = keys
             .partitions
             .iter()
-            .filter(|(f, pk)| added.contains(f) && !kept.partitions.iter().any(|(_, p)| p == pk))
+            .filter(|(f, _)| added.contains(f))
             .map(|(_, pk)| (pk.clone(), rk.to_string()))
             .collect();
         if shadows.is_empty() {
             return Ok(());
         }
-        let id = WalId::from_stored(newer.wal_id.clone());
+        let id = just_below(&newer.wal_id);
         self.index_tombstones(&id, shadows.iter()).await?;
         let writes = shadows.into_iter().map(|(pk, rk)| (pk, rk, &id, RowWrite::Tombstone(record))).collect();
         self.write_rows(writes).await
@@ -317,4 +313,46 @@ fn moved_partitions<'r>(
         }
     }
     out
+}
+
+/// An effective id just below `id`: above every WAL id and stamped id below `id`. WAL ids
+/// have a fixed length and end in a hex digit, so lowering the last character and appending
+/// `~` (above every character an id holds) gives a string between `id` and every id below it.
+pub(crate) fn just_below(id: &str) -> WalId {
+    let mut s = id.to_string();
+    match s.pop() {
+        Some(last) => {
+            s.push(char::from_u32(u32::from(last).saturating_sub(1)).unwrap_or(last));
+            s.push('~');
+        }
+        None => s.push('~'),
+    }
+    WalId::from_stored(s)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::just_below;
+    use crate::wal::WalId;
+
+    #[test]
+    fn just_below_sorts_between_an_id_and_every_id_below_it() {
+        let id = "2027-01-01T00:00:43.625000_2b200ce5-dc1b-4793-b890-bdf9e32db488";
+        let below = just_below(id);
+        assert!(below.as_str() < id);
+        for lower in [
+            "2027-01-01T00:00:43.625000_2b200ce5-dc1b-4793-b890-bdf9e32db487",
+            "2027-01-01T00:00:43.624999_ffffffff-ffff-ffff-ffff-ffffffffffff",
+            "2027-01-01T00:00:43.625000_2b200ce5-dc1b-4793-b890-bdf9e32db487+2027-01-01T00:00:50.000000_ffffffff-ffff-ffff-ffff-ffffffffffff",
+        ] {
+            assert!(lower < below.as_str(), "{lower} < {below:?}");
+        }
+        let zero = "2027-01-01T00:00:43.625000_2b200ce5-dc1b-4793-b890-bdf9e32db480";
+        assert!(
+            just_below(zero).as_str() < zero
+                && "2027-01-01T00:00:43.625000_2b200ce5-dc1b-4793-b890-bdf9e32db47f" < just_below(zero).as_str()
+        );
+        let stamped = WalId::stamped(&WalId::from_stored(id.into()), &WalId::from_stored(zero.into()));
+        assert!(id < just_below(stamped.as_str()).as_str() && just_below(stamped.as_str()).as_str() < stamped.as_str());
+    }
 }
