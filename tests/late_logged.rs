@@ -18,6 +18,10 @@
 //!   barrier", (2) and (4)), each with a choreography in which skipping the step loses an
 //!   acknowledged write or applies it out of order (scripts/mutants: `no-restart`,
 //!   `seal-without-recheck`).
+//! - Found by the checker and the simulator after the fix, one test each: an entry logged
+//!   late across an index drop; a delete between a superseded version and its successor
+//!   (twice); an upsert applied, then stamped; a delete issued after a read saw a failed
+//!   upsert whose id was never published.
 #![cfg(feature = "fault-injection")]
 
 mod common;
