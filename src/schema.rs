@@ -150,15 +150,13 @@ impl Schema {
         Schema::new(identity, self.row_key)?.with_hashed_keys(hashed, redact, key)
     }
 
-    /// The schema an entry validated under version `sv` is applied with: this one, except
-    /// that an index being dropped by a change newer than `sv` is still maintained (its rows
-    /// written, moved and tombstoned, and filters resolved through it). An entry validated
-    /// before the drop is usually ordered before the drop's entry, and the index's rows then
-    /// stay exact for every filter validated while it was active (docs/ARCHITECTURE.md,
-    /// "Order", step 10). One ordered after it (logged late and stamped, or a writer's clock
-    /// ahead of the others) may write rows after the drop's job has passed them: the applier
-    /// removes those once it sees the job recorded ([`Schema::kept_as_of`] names the
-    /// fields; `crate::apply::dropping`). `None` when nothing differs.
+    /// The schema an entry is applied with: this one, except that an index being dropped is
+    /// still maintained (its rows written, moved and tombstoned, and filters resolved through
+    /// it) until its rows are gone, so they stay exact for every filter validated while it
+    /// was active (docs/ARCHITECTURE.md, "Order", step 10; [`Schema::kept_as_of`]). An entry
+    /// applied after the drop's job started may write rows behind it: the applier removes
+    /// those once it sees the job recorded (`crate::apply::dropping`). `None` when nothing
+    /// differs.
     pub fn as_of(&self, sv: u64) -> Option<Schema> {
         let kept = self.kept_as_of(sv);
         if kept.is_empty() {
@@ -176,14 +174,15 @@ impl Schema {
         Some(older)
     }
 
-    /// The indexes [`Schema::as_of`] keeps maintained for an entry validated under `sv`:
-    /// those being dropped by a change newer than `sv`.
-    pub fn kept_as_of(&self, sv: u64) -> Vec<String> {
-        self.added
-            .iter()
-            .filter(|a| a.state == IndexState::Dropping && a.version > sv)
-            .map(|a| a.field.clone())
-            .collect()
+    /// The indexes [`Schema::as_of`] keeps maintained: every index being dropped, for entries
+    /// validated before the drop and after it alike. A filter validated while the index was
+    /// active resolves through its rows, and an entry validated after the drop can be ordered
+    /// before that filter (its id came from a round that read the clock before the filter's
+    /// writer published): had it not maintained the rows, the filter would find a record that
+    /// entry had deleted and record a removal of an absent record (found by the checker on CI,
+    /// seed 20261121, 4 shards, twice). `sv` no longer decides anything.
+    pub fn kept_as_of(&self, _sv: u64) -> Vec<String> {
+        self.added.iter().filter(|a| a.state == IndexState::Dropping).map(|a| a.field.clone()).collect()
     }
 
     /// The identity fields: the index fields the catalog was created with, which alone feed
@@ -569,6 +568,23 @@ mod tests {
         let only_dept = json!({"lastname": "Faux", "dept": "ER"});
         assert!(s.record_keys(only_dept.as_object().unwrap()).is_err());
         assert!(providers().with_added(vec![added("ssn", IndexState::Active, 1)], 1).is_err(), "listed twice");
+    }
+
+    /// Found by the checker on CI (seed 20261121, 4 shards, twice): an entry validated after
+    /// `index drop` but ordered before a filter validated while the index was active did not
+    /// tombstone its record's row of that index, and the filter then recorded the removal of
+    /// a record that was already gone. A dropping index is maintained for every entry.
+    #[test]
+    fn a_dropping_index_is_maintained_for_entries_validated_after_the_drop_too() {
+        let r = json!({"eid": "F314", "ssn": "123-45-6789", "lastname": "Faux", "dept": "ER"});
+        let r = r.as_object().unwrap();
+        let dropping = providers().with_added(vec![added("dept", IndexState::Dropping, 2)], 2).unwrap();
+        for sv in [1, 2, 3] {
+            let applied = dropping.as_of(sv).unwrap_or_else(|| panic!("sv {sv}: the dropping index is kept"));
+            let keys = applied.record_keys(r).unwrap();
+            assert!(keys.partitions.iter().any(|(f, pk)| f == "dept" && pk == "4_depter"), "sv {sv}: {keys:?}");
+            assert_eq!(dropping.kept_as_of(sv), ["dept"]);
+        }
     }
 
     #[test]
