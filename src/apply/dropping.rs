@@ -12,8 +12,10 @@
 //! job, in an index that no longer exists (found by the checker on CI, seed 20261121).
 //!
 //! The rule is write, then check (as in Dekker's mutual exclusion):
-//! 1. every row written in a partition of a dropping index is noted, once its write
-//!    returned ([`Applier::note_dropping_row`]);
+//! 1. every row written in a partition of a dropping index is noted, before its write and
+//!    again once it returned ([`Applier::note_dropping_row`]); a failed attempt checks its
+//!    notes at once (its write may have committed, and its retry may come after the job
+//!    finished, when nothing writes the row again);
 //! 2. after the entry's writes, the applier takes the noted rows of the indexes it kept and
 //!    re-reads the schema row (one read, only while an index is dropping and the entry was
 //!    validated before it) ([`Applier::settle_dropping`]);
@@ -22,9 +24,9 @@
 //!    gone) the applier deletes them itself. A row written for an index dropped and since
 //!    added again is left to that index (its backfill is fenced by WAL id like any write).
 //!
-//! A crash between 1 and 3 leaves the entry pending, and its retry writes and checks again
-//! while the index is dropping. Left open: the retry after the job has finished writes
-//! nothing for the index, so such a row stays (docs/ARCHITECTURE.md, "Order", step 10).
+//! A crash of the process between 1 and 3 leaves the entry pending, and its retry writes and
+//! checks again while the index is dropping. Left open: a retry after the job has finished
+//! writes nothing for the index, so such a row stays (docs/ARCHITECTURE.md, "Order", step 10).
 
 use std::collections::BTreeSet;
 use std::sync::Mutex;

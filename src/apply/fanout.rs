@@ -219,6 +219,9 @@ impl Applier {
 
     /// Writes one catalog row unless it already carries entry `id` or a larger one.
     async fn put_row(&self, entity: Entity, id: String) -> Result<()> {
+        // Noted before (a write that fails may have committed) and after (a concurrent group's
+        // check may have taken the first note before this write landed): `super::dropping`.
+        self.note_dropping_row(&entity.partition_key, &entity.row_key);
         self.put_row_fenced(&entity, &id).await?;
         self.note_dropping_row(&entity.partition_key, &entity.row_key);
         faults::point("after_fanout_row")

@@ -469,6 +469,15 @@ impl Applier {
                 }
             }
             let result = if run > 0 { self.apply_upserts(group).await } else { self.apply_filtered(&group[0]).await };
+            if result.is_err() {
+                // Rows of a dropping index this failed attempt may have written (a write that
+                // committed and answered an error, say) are checked now: the retry may come
+                // after the drop's job finished, and would not write them again.
+                let dropping = self.schema().kept_as_of(0);
+                if !dropping.is_empty() {
+                    self.settle_dropping(&dropping).await?;
+                }
+            }
             match result {
                 Ok(()) => {}
                 // Transient, or a fault of the environment (a missing table, 403): retried by
