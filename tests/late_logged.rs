@@ -1131,3 +1131,75 @@ async fn a_delete_between_a_superseded_replace_and_its_successor_still_being_wri
         );
     }
 }
+
+/// Fails the first write to one partition of one table after it committed (armed on demand).
+struct FailAfterCommit {
+    table: String,
+    partition: String,
+    armed: AtomicBool,
+}
+
+impl Layer for FailAfterCommit {
+    async fn run<'a, T, F, Fut>(&'a self, call: Call<'a>, mut attempt: F) -> StoreResult<T>
+    where
+        T: Returned + Send + 'a,
+        F: FnMut() -> Fut + Send + 'a,
+        Fut: std::future::Future<Output = StoreResult<T>> + Send + 'a,
+    {
+        let write = matches!(call.op, OpKind::Insert | OpKind::Replace | OpKind::Upsert);
+        let ours =
+            write && call.target.to_lowercase() == self.table && call.partition_key == Some(self.partition.as_str());
+        let result = attempt().await;
+        if ours && result.is_ok() && self.armed.swap(false, Ordering::SeqCst) {
+            return Err(StoreError::Unavailable("committed, then failed (test)".into()));
+        }
+        result
+    }
+}
+
+/// Found by the simulator (seeds 849, 915, 1296, 1333): instance A, whose copy of the schema
+/// still shows `country` dropping after the drop's job finished, applies an upsert and writes
+/// its row of `country` (an entry maintains a dropping index); the write commits and answers
+/// an error, so the attempt fails. The retry, by B, which knows the index is gone, writes
+/// nothing there, and A's row stayed behind in an index that no longer exists. A failed
+/// attempt now checks the rows it may have written at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_row_of_a_dropped_index_written_by_a_failed_attempt_is_removed() {
+    for backend in common::backends() {
+        let label = format!("{backend:?}");
+        let inner = common::store(backend);
+        let names = Names::new(&common::unique_name("dropfail"), None, None).unwrap();
+        let b = open(inner.clone(), &names, options()).await;
+        add_index_until_active(&b, "country", &label).await;
+        let ca = table_catalog::keys::partition_key("country", "CA").unwrap();
+        let layer = Arc::new(FailAfterCommit {
+            table: names.table.to_lowercase(),
+            partition: ca,
+            armed: AtomicBool::new(false),
+        });
+        let a = open(Arc::new(LayeredStore::with_layer(inner.clone(), layer.clone())), &names, options()).await;
+
+        indexes::drop(&b, "country").await.unwrap();
+        a.applier().reload_schema().await.unwrap();
+        drop_index_until_gone(&b, "country", &label).await;
+        let seen = a.schema().added().iter().find(|i| i.field == "country").map(|i| i.state);
+        assert_eq!(seen, Some(IndexState::Dropping), "{label}: A's copy still shows the index dropping");
+
+        let up = a.upsert(r("CA"), false).await.unwrap();
+        layer.armed.store(true, Ordering::SeqCst);
+        let failed = a.applier().apply_shard(up.shard.unwrap()).await;
+        assert!(failed.is_err(), "{label}: A's attempt fails after its row of CA committed: {failed:?}");
+        assert!(!layer.armed.load(Ordering::SeqCst), "{label}: the row of CA was written");
+        drain(&[&b], &label).await;
+
+        let rows = verify::scan_all(inner.as_ref(), &names.table).await.unwrap();
+        let left: Vec<(&str, &str)> = rows
+            .iter()
+            .filter(|e| table_catalog::keys::partition_field(&e.partition_key).as_deref() == Some("country"))
+            .map(|e| (e.partition_key.as_str(), e.row_key.as_str()))
+            .collect();
+        assert!(left.is_empty(), "{label}: rows of the dropped index left: {left:?}");
+        assert_eq!(b.query_all(&f("icao", "KAAA")).await.unwrap(), vec![r("CA")], "{label}: R is live");
+        verify_clean(&b, &label).await;
+    }
+}
