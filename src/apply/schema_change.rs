@@ -93,9 +93,15 @@ impl Applier {
         }
     }
 
-    /// Applies a schema-change entry whose fence has passed: starts the job the change needs
-    /// (backfill for an added index, row removal for a dropped one) and records its id on
-    /// the index. Nothing to do when a later change superseded this one.
+    /// Applies a schema-change entry whose fence has passed: records the id of the job the
+    /// change needs on the index (backfill for an added index, row removal for a dropped
+    /// one), then starts that job. Recorded first: an applier that wrote a row of a dropping
+    /// index and then reads the schema without the job knows the job's scan has not begun
+    /// (`super::dropping`; with the job started first, a scan could pass the row before the
+    /// record, found by the checker on CI as rows of a dropped index left behind). Applying
+    /// the entry again (a crash between the two steps, or the change published again) starts
+    /// the recorded job, which is idempotent. Nothing to do when a later change superseded
+    /// this one.
     pub(crate) async fn apply_schema_change(&self, entry: &WalEntry, version: u64) -> Result<()> {
         self.ensure_schema(version).await?;
         let schema = self.schema();
@@ -107,29 +113,33 @@ impl Applier {
             IndexState::Dropping => JobKind::DropIndex,
             IndexState::Active => return Ok(()),
         };
-        if index.job.is_some() {
-            return Ok(()); // started by an earlier entry of the same change (published again)
-        }
+        let field = index.field.clone();
         crate::faults::point("before_schema_job")?;
         let queue = self.scan_queue.clone().ok_or_else(|| {
             Error::Config("this applier has no scan queue; schema changes need one to start their job".into())
         })?;
-        let id = JobId::for_wal(&entry.id);
-        let params = index::IndexParams { field: index.field.clone(), version }.to_json();
-        let jobs = Jobs::new(self.store.clone(), self.wal.table().to_string(), queue);
-        jobs.start_as(id.clone(), kind, params, index::roots(kind, &index.field)).await?;
-        let field = index.field.clone();
-        crate::wal::schema_row::update(self.store.as_ref(), self.wal.table(), |_, added, _| {
-            match added.iter_mut().find(|a| a.field == field && a.version == version) {
-                Some(a) if a.job.is_none() => {
-                    a.job = Some(id.to_string());
-                    Ok(true)
+        if index.job.is_none() {
+            let id = JobId::for_wal(&entry.id);
+            crate::wal::schema_row::update(self.store.as_ref(), self.wal.table(), |_, added, _| {
+                match added.iter_mut().find(|a| a.field == field && a.version == version) {
+                    Some(a) if a.job.is_none() => {
+                        a.job = Some(id.to_string());
+                        Ok(true)
+                    }
+                    _ => Ok(false),
                 }
-                _ => Ok(false),
-            }
-        })
-        .await?;
-        self.reload_schema().await?;
+            })
+            .await?;
+            self.reload_schema().await?;
+        }
+        let schema = self.schema();
+        let Some(recorded) = schema.added().iter().find(|a| a.version == version).and_then(|a| a.job.clone()) else {
+            return Ok(()); // superseded meanwhile
+        };
+        let id = JobId::parse(&recorded)?;
+        let params = index::IndexParams { field: field.clone(), version }.to_json();
+        let jobs = Jobs::new(self.store.clone(), self.wal.table().to_string(), queue);
+        jobs.start_as(id.clone(), kind, params, index::roots(kind, &field)).await?;
         tracing::info!(field = %field, version, job = %id, kind = kind.name(), "schema change applied; job started");
         Ok(())
     }
