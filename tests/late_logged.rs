@@ -260,6 +260,17 @@ async fn drop_index_until_gone(c: &Arc<Catalog>, field: &str, label: &str) {
     scan.await.unwrap();
 }
 
+/// Checks that the catalog table holds no row of index `field` (dropped), tombstones included.
+async fn no_rows_of(store: &dyn Store, table: &str, field: &str, label: &str) {
+    let rows = verify::scan_all(store, table).await.unwrap();
+    let left: Vec<(&str, &str)> = rows
+        .iter()
+        .filter(|e| table_catalog::keys::partition_field(&e.partition_key).as_deref() == Some(field))
+        .map(|e| (e.partition_key.as_str(), e.row_key.as_str()))
+        .collect();
+    assert!(left.is_empty(), "{label}: rows of the dropped index left: {left:?}");
+}
+
 /// Found by the checker on CI (seed 20261121, 4 shards): a row of an index written after
 /// the index's drop job had removed its rows stays behind, in an index that no longer
 /// exists. U = upsert of R (country CA), validated while `country` was active, takes its id
@@ -297,13 +308,7 @@ async fn an_upsert_logged_late_across_an_index_drop_leaves_no_row_of_the_dropped
         within(&format!("{label}: U is acknowledged"), late).await.unwrap().unwrap();
         drain(&[&a, &b], &label).await;
 
-        let rows = verify::scan_all(inner.as_ref(), &names.table).await.unwrap();
-        let left: Vec<(&str, &str)> = rows
-            .iter()
-            .filter(|e| table_catalog::keys::partition_field(&e.partition_key).as_deref() == Some("country"))
-            .map(|e| (e.partition_key.as_str(), e.row_key.as_str()))
-            .collect();
-        assert!(left.is_empty(), "{label}: rows of the dropped index left: {left:?}");
+        no_rows_of(inner.as_ref(), &names.table, "country", &label).await;
         let by_icao = b.query_all(&f("icao", "KAAA")).await.unwrap();
         assert_eq!(by_icao, vec![r("CA")], "{label}: R is live with CA");
         verify_clean(&b, &label).await;
@@ -1192,13 +1197,7 @@ async fn a_row_of_a_dropped_index_written_by_a_failed_attempt_is_removed() {
         assert!(!layer.armed.load(Ordering::SeqCst), "{label}: the row of CA was written");
         drain(&[&b], &label).await;
 
-        let rows = verify::scan_all(inner.as_ref(), &names.table).await.unwrap();
-        let left: Vec<(&str, &str)> = rows
-            .iter()
-            .filter(|e| table_catalog::keys::partition_field(&e.partition_key).as_deref() == Some("country"))
-            .map(|e| (e.partition_key.as_str(), e.row_key.as_str()))
-            .collect();
-        assert!(left.is_empty(), "{label}: rows of the dropped index left: {left:?}");
+        no_rows_of(inner.as_ref(), &names.table, "country", &label).await;
         assert_eq!(b.query_all(&f("icao", "KAAA")).await.unwrap(), vec![r("CA")], "{label}: R is live");
         verify_clean(&b, &label).await;
     }
