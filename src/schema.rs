@@ -153,12 +153,12 @@ impl Schema {
     /// The schema an entry is applied with: this one, except that an index being dropped is
     /// still maintained (its rows written, moved and tombstoned, and filters resolved through
     /// it) until its rows are gone, so they stay exact for every filter validated while it
-    /// was active (docs/ARCHITECTURE.md, "Order", step 10; [`Schema::kept_as_of`]). An entry
+    /// was active (docs/ARCHITECTURE.md, "Order", step 10; [`Schema::dropping_fields`]). An entry
     /// applied after the drop's job started may write rows behind it: the applier removes
     /// those once it sees the job recorded (`crate::apply::dropping`). `None` when nothing
     /// differs.
-    pub fn as_of(&self, sv: u64) -> Option<Schema> {
-        let kept = self.kept_as_of(sv);
+    pub fn with_dropping_maintained(&self) -> Option<Schema> {
+        let kept = self.dropping_fields();
         if kept.is_empty() {
             return None;
         }
@@ -174,14 +174,14 @@ impl Schema {
         Some(older)
     }
 
-    /// The indexes [`Schema::as_of`] keeps maintained: every index being dropped, for entries
+    /// The indexes [`Schema::with_dropping_maintained`] keeps maintained: every index being dropped, for entries
     /// validated before the drop and after it alike. A filter validated while the index was
     /// active resolves through its rows, and an entry validated after the drop can be ordered
     /// before that filter (its id came from a round that read the clock before the filter's
     /// writer published): had it not maintained the rows, the filter would find a record that
     /// entry had deleted and record a removal of an absent record (found by the checker on CI,
-    /// seed 20261121, 4 shards, twice). `sv` no longer decides anything.
-    pub fn kept_as_of(&self, _sv: u64) -> Vec<String> {
+    /// seed 20261121, 4 shards, twice).
+    pub fn dropping_fields(&self) -> Vec<String> {
         self.added.iter().filter(|a| a.state == IndexState::Dropping).map(|a| a.field.clone()).collect()
     }
 
@@ -579,12 +579,10 @@ mod tests {
         let r = json!({"eid": "F314", "ssn": "123-45-6789", "lastname": "Faux", "dept": "ER"});
         let r = r.as_object().unwrap();
         let dropping = providers().with_added(vec![added("dept", IndexState::Dropping, 2)], 2).unwrap();
-        for sv in [1, 2, 3] {
-            let applied = dropping.as_of(sv).unwrap_or_else(|| panic!("sv {sv}: the dropping index is kept"));
-            let keys = applied.record_keys(r).unwrap();
-            assert!(keys.partitions.iter().any(|(f, pk)| f == "dept" && pk == "4_depter"), "sv {sv}: {keys:?}");
-            assert_eq!(dropping.kept_as_of(sv), ["dept"]);
-        }
+        let applied = dropping.with_dropping_maintained().expect("the dropping index is kept");
+        let keys = applied.record_keys(r).unwrap();
+        assert!(keys.partitions.iter().any(|(f, pk)| f == "dept" && pk == "4_depter"), "{keys:?}");
+        assert_eq!(dropping.dropping_fields(), ["dept"]);
     }
 
     #[test]

@@ -276,7 +276,7 @@ async fn no_rows_of(store: &dyn Store, table: &str, field: &str, label: &str) {
 /// exists. U = upsert of R (country CA), validated while `country` was active, takes its id
 /// through instance A and is held; `index drop country` runs through B; A reads the schema
 /// while the drop's job is not yet recorded (so its copy says "dropping, no job", and an
-/// entry validated before the drop still maintains the index, `Schema::as_of`); the job
+/// entry validated before the drop still maintains the index, `Schema::with_dropping_maintained`); the job
 /// removes every row and the index leaves the schema; then U is written and A applies it.
 /// U is ordered after the drop: no row of `country` may be left, and R is live.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -2,7 +2,7 @@
 //! drop's job had started.
 //!
 //! An entry validated before `index drop` still maintains the dropping index
-//! ([`crate::schema::Schema::as_of`]), so that filters validated while the index was active
+//! ([`crate::schema::Schema::with_dropping_maintained`]), so that filters validated while the index was active
 //! resolve through exact rows. Such an entry is usually ordered before the drop's entry and
 //! applied before the drop's job starts (the barrier and the fence,
 //! [`super::schema_change`]), and the job then removes the rows it wrote. One ordered after

@@ -35,12 +35,11 @@ impl Applier {
         let mut rows: BTreeMap<(String, String), (&WalId, &Record)> = BTreeMap::new();
         let mut records: BTreeMap<String, Vec<(&WalId, &Record)>> = BTreeMap::new();
         let mut changes = Vec::with_capacity(group.len());
-        // An index being dropped stays maintained for entries validated before the drop
-        // (Schema::as_of); the run is written with the oldest version among them.
+        // An index being dropped stays maintained until its rows are gone
+        // (Schema::with_dropping_maintained).
         let current = self.schema();
-        let oldest = group.iter().map(|e| e.schema_version).min().unwrap_or(0);
-        let kept = current.kept_as_of(oldest);
-        let schema = current.as_of(oldest).map_or(current, std::sync::Arc::new);
+        let kept = current.dropping_fields();
+        let schema = current.with_dropping_maintained().map_or(current, std::sync::Arc::new);
         let owner_first = schema.has_added_indexes();
         for entry in group {
             let Op::Upsert { record } = &entry.op else { continue };

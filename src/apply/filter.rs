@@ -42,8 +42,8 @@ impl Applier {
         };
         let op = if new_record.is_some() { ChangeOp::Replace } else { ChangeOp::Delete };
         let current = self.schema();
-        let kept = current.kept_as_of(entry.schema_version);
-        let schema = current.as_of(entry.schema_version).map_or(current, std::sync::Arc::new);
+        let kept = current.dropping_fields();
+        let schema = current.with_dropping_maintained().map_or(current, std::sync::Arc::new);
         // Validated against an active index when logged. An index being dropped keeps its rows
         // until the drop's job runs, which starts only once the drop's entry is applied, and
         // every entry before it in shard 0 is applied first: resolve through it. An index
