@@ -162,7 +162,7 @@ async fn check_lookups(c: &Catalog, field: &str, label: &str) {
 async fn verify_clean(c: &Catalog, label: &str) {
     let schema = c.schema();
     let report = table_catalog::verify::verify(c.store().as_ref(), &c.names().table, &schema).await.unwrap();
-    assert_eq!(report.total_findings(), 0, "{label}: {:?}", report.findings);
+    assert_eq!(report.total_findings(), 0, "{label}: {:?} {:#?}", report.findings, report.violations);
 }
 
 /// Drains both instances' WAL (nothing pending afterwards).

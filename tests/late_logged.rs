@@ -1202,3 +1202,45 @@ async fn a_row_of_a_dropped_index_written_by_a_failed_attempt_is_removed() {
         verify_clean(&b, &label).await;
     }
 }
+
+/// Found by `indexes_added_and_dropped_while_8_writers_write_leave_a_consistent_catalog` on
+/// CI (rows of the dropped index left live): A starts applying an upsert while its copy of
+/// the schema shows `country` dropping, so the entry still writes R's row of CA; the drop's
+/// job finishes and A re-reads the schema (a concurrent group's check does this) between
+/// the entry's owner row and its row of CA. A noted rows only for indexes it saw dropping,
+/// so the row of CA, written after the index was gone, was never noted nor removed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_row_of_a_dropped_index_written_after_the_applier_saw_the_index_gone_is_removed() {
+    for backend in common::backends() {
+        let label = format!("{backend:?}");
+        let inner = common::store(backend);
+        let names = Names::new(&common::unique_name("dropgone"), None, None).unwrap();
+        let b = open(inner.clone(), &names, options()).await;
+        add_index_until_active(&b, "country", &label).await;
+        let owner = table_catalog::keys::partition_key("icao", "KAAA").unwrap();
+        let layer = Arc::new(HoldPartition { table: names.table.to_lowercase(), partition: owner, door: Door::new() });
+        let a = open(Arc::new(LayeredStore::with_layer(inner.clone(), layer.clone())), &names, options()).await;
+
+        indexes::drop(&b, "country").await.unwrap();
+        a.applier().reload_schema().await.unwrap();
+        drop_index_until_gone(&b, "country", &label).await;
+        let seen = a.schema().added().iter().find(|i| i.field == "country").map(|i| i.state);
+        assert_eq!(seen, Some(IndexState::Dropping), "{label}: A's copy still shows the index dropping");
+
+        let up = a.upsert(r("CA"), false).await.unwrap();
+        let applying = {
+            let a = a.clone();
+            tokio::spawn(async move { a.applier().apply_shard(up.shard.unwrap()).await })
+        };
+        within(&format!("{label}: A's owner row"), layer.door.reached(1)).await;
+        a.applier().reload_schema().await.unwrap();
+        assert!(a.schema().added().iter().all(|i| i.field != "country"), "{label}: A now sees the index gone");
+        layer.door.open();
+        within(&format!("{label}: A's apply"), applying).await.unwrap().unwrap();
+        drain(&[&b], &label).await;
+
+        no_rows_of(inner.as_ref(), &names.table, "country", &label).await;
+        assert_eq!(b.query_all(&f("icao", "KAAA")).await.unwrap(), vec![r("CA")], "{label}: R is live");
+        verify_clean(&b, &label).await;
+    }
+}

@@ -12,17 +12,22 @@
 //! job, in an index that no longer exists (found by the checker on CI, seed 20261121).
 //!
 //! The rule is write, then check (as in Dekker's mutual exclusion):
-//! 1. every row written in a partition of a dropping index is noted, before its write and
-//!    again once it returned ([`Applier::note_dropping_row`]); a failed attempt checks its
-//!    notes at once (its write may have committed, and its retry may come after the job
-//!    finished, when nothing writes the row again);
-//! 2. after the entry's writes, the applier takes the noted rows of the indexes it kept and
-//!    re-reads the schema row (one read, only while an index is dropping and the entry was
-//!    validated before it) ([`Applier::settle_dropping`]);
+//! 1. every row written in a partition of an index the applier's schema does not maintain
+//!    (dropping, or gone altogether) is noted, before its write and again once it returned
+//!    ([`Applier::note_dropping_row`]). Judged by the schema in force at each note, not the
+//!    one the entry started with: a reload between the two (a concurrent group's check)
+//!    can show the index gone, and a row noted only while "dropping" was then written
+//!    unnoted (found by `indexes_added_and_dropped_while_8_writers_write_leave_a_consistent_catalog`
+//!    on CI). A failed attempt checks its notes at once (its write may have committed, and
+//!    its retry may come after the job finished, when nothing writes the row again);
+//! 2. after the entry's writes, the applier takes every noted row and re-reads the schema
+//!    row (one read, only when something was noted) ([`Applier::settle_dropping`]). Taking
+//!    a concurrent group's note early is safe: that group notes again after its write and
+//!    checks again after its writes;
 //! 3. if the drop's job is still not recorded, the rows were written before the job was, so
 //!    before its scan began: the job removes them. Otherwise (job recorded, or the index
-//!    gone) the applier deletes them itself. A row written for an index dropped and since
-//!    added again is left to that index (its backfill is fenced by WAL id like any write).
+//!    gone) the applier deletes them itself. A row of an index dropped and since added
+//!    again is left to that index (its backfill is fenced by WAL id like any write).
 //!
 //! A crash of the process between 1 and 3 leaves the entry pending, and its retry writes and
 //! checks again while the index is dropping. Left open: a retry after the job has finished
@@ -33,52 +38,48 @@ use std::sync::Mutex;
 
 use super::Applier;
 use crate::error::Result;
-use crate::keys::partition_field;
-use crate::schema::IndexState;
+use crate::keys::{escape_key, partition_field};
+use crate::schema::{IndexState, Schema};
 use crate::store::{IfMatch, StoreError};
 
 /// Rows written in partitions of dropping indexes and not yet checked: (PartitionKey, RowKey).
 #[derive(Debug, Default)]
 pub(crate) struct DroppingRows(Mutex<BTreeSet<(String, String)>>);
 
+/// The field of catalog partition `pk` when `schema` does not maintain it (an index being
+/// dropped, or one gone altogether); `None` for a maintained index or a key of another shape.
+fn unmaintained_field(schema: &Schema, pk: &str) -> Option<String> {
+    let field = partition_field(pk)?;
+    let maintained = schema.index_keys.iter().any(|k| escape_key(&k.to_lowercase()) == field);
+    (!maintained).then_some(field)
+}
+
 impl Applier {
-    /// Notes row (`pk`, `rk`), just written, when its partition belongs to an index this
-    /// process sees as dropping.
+    /// Notes row (`pk`, `rk`), about to be written or just written, when its partition
+    /// belongs to an index this process's schema does not maintain (step 1 above).
     pub(crate) fn note_dropping_row(&self, pk: &str, rk: &str) {
-        let schema = self.schema();
-        let dropping = |f: &str| schema.added().iter().any(|a| a.state == IndexState::Dropping && a.field == f);
-        if partition_field(pk).is_some_and(|f| dropping(&f)) {
+        if unmaintained_field(&self.schema(), pk).is_some() {
             self.dropping.0.lock().unwrap_or_else(|p| p.into_inner()).insert((pk.to_string(), rk.to_string()));
         }
     }
 
-    /// Steps 2 and 3 of the module docs for the indexes in `kept`: deletes the noted rows
-    /// of those whose drop's job is recorded (or that are gone). Errors: the schema read or
-    /// a delete failed (the entry stays pending and is applied again).
-    pub(crate) async fn settle_dropping(&self, kept: &[String]) -> Result<()> {
-        let taken: Vec<(String, String)> = {
-            let mut noted = self.dropping.0.lock().unwrap_or_else(|p| p.into_inner());
-            let ours: Vec<(String, String)> = noted
-                .iter()
-                .filter(|(pk, _)| partition_field(pk).is_some_and(|f| kept.contains(&f)))
-                .cloned()
-                .collect();
-            for row in &ours {
-                noted.remove(row);
-            }
-            ours
-        };
+    /// Steps 2 and 3 of the module docs: deletes the noted rows of indexes whose drop's job
+    /// is recorded (or that are gone). Nothing to do, and no request, when nothing is noted.
+    /// Errors: the schema read or a delete failed (the entry stays pending and is applied
+    /// again).
+    pub(crate) async fn settle_dropping(&self) -> Result<()> {
+        let taken = std::mem::take(&mut *self.dropping.0.lock().unwrap_or_else(|p| p.into_inner()));
         if taken.is_empty() {
             return Ok(());
         }
         self.reload_schema().await?;
         let schema = self.schema();
-        let job_started = |f: &str| match schema.added().iter().find(|a| a.field == f) {
+        let job_started = |f: &str| match schema.added().iter().find(|a| escape_key(&a.field.to_lowercase()) == f) {
             None => true,
             Some(a) => a.state == IndexState::Dropping && a.job.is_some(),
         };
         for (pk, rk) in taken {
-            if !partition_field(&pk).is_some_and(|f| job_started(&f)) {
+            if !unmaintained_field(&schema, &pk).is_some_and(|f| job_started(&f)) {
                 continue;
             }
             tracing::debug!(partition = %pk, row = %rk, "row of a dropped index written behind its job: removed");

@@ -38,7 +38,6 @@ impl Applier {
         // An index being dropped stays maintained until its rows are gone
         // (Schema::with_dropping_maintained).
         let current = self.schema();
-        let kept = current.dropping_fields();
         let schema = current.with_dropping_maintained().map_or(current, std::sync::Arc::new);
         let owner_first = schema.has_added_indexes();
         for entry in group {
@@ -71,9 +70,7 @@ impl Applier {
             self.write_rows(rows.into_iter().map(|((pk, rk), (id, rec))| (pk, rk, id, RowWrite::Live(rec))).collect())
                 .await?;
         }
-        if !kept.is_empty() {
-            self.settle_dropping(&kept).await?;
-        }
+        self.settle_dropping().await?;
         self.record_history(changes).await
     }
 

@@ -42,7 +42,6 @@ impl Applier {
         };
         let op = if new_record.is_some() { ChangeOp::Replace } else { ChangeOp::Delete };
         let current = self.schema();
-        let kept = current.dropping_fields();
         let schema = current.with_dropping_maintained().map_or(current, std::sync::Arc::new);
         // Validated against an active index when logged. An index being dropped keeps its rows
         // until the drop's job runs, which starts only once the drop's entry is applied, and
@@ -135,9 +134,7 @@ impl Applier {
             let change = Change { identity: identity.clone(), op, wal_id: entry.effective(), record: Some(record) };
             self.record_history(vec![change]).await?;
         }
-        if !kept.is_empty() {
-            self.settle_dropping(&kept).await?;
-        }
+        self.settle_dropping().await?;
         Ok(())
     }
 

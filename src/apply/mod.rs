@@ -473,10 +473,7 @@ impl Applier {
                 // Rows of a dropping index this failed attempt may have written (a write that
                 // committed and answered an error, say) are checked now: the retry may come
                 // after the drop's job finished, and would not write them again.
-                let dropping = self.schema().dropping_fields();
-                if !dropping.is_empty() {
-                    self.settle_dropping(&dropping).await?;
-                }
+                self.settle_dropping().await?;
             }
             match result {
                 Ok(()) => {}
