@@ -1244,3 +1244,73 @@ async fn a_row_of_a_dropped_index_written_after_the_applier_saw_the_index_gone_i
         verify_clean(&b, &label).await;
     }
 }
+
+/// Found by the simulator (seed 1410): a filter through an index being dropped, applied in
+/// two attempts with the drop's job run between them. D = delete country=US, validated by A
+/// while `country` was active and logged late (its entry insert held) across the drop, so it
+/// is stamped above the drop and applied after it. D's first attempt tombstones every row of
+/// R (owner row included) and fails writing R's history row. The drop's job then removes
+/// every row of `country`, D's tombstones there too, and the index is gone. The retry found
+/// nothing under country=US, so R's removal was never recorded: the catalog had removed R,
+/// its history kept it live. The retry now completes what its index tombstones name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delete_through_a_dropped_index_retried_after_the_drop_records_its_removal() {
+    for backend in common::backends() {
+        let label = format!("{backend:?}");
+        let inner = common::store(backend);
+        let names = Names::new(&common::unique_name("dropretry"), None, None).unwrap();
+        let mut opts = options();
+        opts.history = HistoryOptions::on();
+        let b = open(inner.clone(), &names, opts.clone()).await;
+        add_index_until_active(&b, "country", &label).await;
+        let up = b.upsert(r("US"), true).await.unwrap();
+        let slow = Arc::new(FaultStore::new(inner.clone(), 1));
+        let a = open(slow.clone(), &names, opts.clone()).await;
+
+        // D's id is taken while `country` is active; its entry lands after the drop applied.
+        let gate = hold_next_entry(&slow, &names);
+        let late = tokio::spawn({
+            let a = a.clone();
+            async move { a.delete(f("country", "US"), false).await }
+        });
+        within(&format!("{label}: D's entry insert reaches the gate"), gate.reached(1)).await;
+        indexes::drop(&b, "country").await.unwrap();
+        within(&format!("{label}: the drop applies"), b.applier().apply_shard(ShardId::ZERO)).await.unwrap();
+        assert_eq!(state_of(&b, "country").await, Some(IndexState::Dropping), "{label}: job not run yet");
+        gate.open();
+        let refused = within(&format!("{label}: D returns"), late).await.unwrap();
+        assert!(refused.is_err(), "{label}: D is not acknowledged (indexes changed): {refused:?}");
+
+        // D's first attempt, through an instance whose history write fails (not written).
+        let identity = common::airports_schema().record_keys(&r("US")).unwrap().row_key;
+        let failing = Arc::new(FaultStore::new(inner.clone(), 1));
+        failing.add(
+            Rule::new(&[OpKind::Insert], Trigger::Nth(1), Fault::Fail(StoreError::Unavailable("test".into())))
+                .on(&names.history_table),
+        );
+        let x = open(failing, &names, opts).await;
+        let first = within(&format!("{label}: D's first attempt"), x.applier().apply_shard(ShardId::ZERO)).await;
+        assert!(first.is_err(), "{label}: D's first attempt fails at R's history row: {first:?}");
+        assert!(b.query_all(&f("icao", "KAAA")).await.unwrap().is_empty(), "{label}: D tombstoned R");
+
+        // The drop's job runs to the end before D is applied again.
+        let (worker_stop, worker_rx) = tokio::sync::watch::channel(false);
+        let scan_opts = ServeOptions { scan_workers: 2, ..ServeOptions::default() };
+        let scan = tokio::spawn(table_catalog::server::run_scan_worker(b.clone(), scan_opts, worker_rx));
+        common::wait_for(&format!("{label}: country to be gone"), || async {
+            state_of(&b, "country").await.is_none().then_some(())
+        })
+        .await;
+        worker_stop.send_replace(true);
+        scan.await.unwrap();
+        drain(&[&b], &label).await;
+
+        assert!(b.query_all(&f("icao", "KAAA")).await.unwrap().is_empty(), "{label}: R is deleted");
+        let history = b.history("icao", "KAAA", 100, None).await.unwrap().history;
+        let ops: Vec<ChangeOp> = history.iter().map(|e| e.op).collect();
+        assert_eq!(ops, vec![ChangeOp::Delete, ChangeOp::Upsert], "{label}: R's history, newest first ({identity})");
+        assert_eq!(history[1].wal_id, up.id, "{label}: the upsert");
+        no_rows_of(inner.as_ref(), &names.table, "country", &label).await;
+        verify_clean(&b, &label).await;
+    }
+}

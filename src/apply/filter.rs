@@ -19,14 +19,34 @@ use crate::store::{pager, BatchOp, Entity, Value, MAX_BATCH_OPS, MAX_PAGE};
 use crate::wal::{Op, WalEntry, WalId, TOMBSTONES};
 
 /// A row of the filter's partition that the filter addresses.
-enum Match {
+pub(super) enum Match {
     /// A live row whose record matches (or this entry's own tombstone). `later`: a later
     /// entry wrote it (applied before this one; fencing keeps this entry off it).
-    Live { row_key: String, record: Record, later: bool },
+    Live { partition: String, row_key: String, record: Record, later: bool },
     /// A tombstone a later entry wrote when it moved the record to another value of an
     /// added index. Only with history: whether this entry removed the version before it is
     /// for the history to say ([`Applier::existed_before`]); the catalog is already right.
     HiddenByLater { row_key: String },
+}
+
+impl Match {
+    pub(super) fn row_key(&self) -> &str {
+        match self {
+            Match::Live { row_key, .. } | Match::HiddenByLater { row_key } => row_key,
+        }
+    }
+}
+
+/// What [`Applier::remove_matched`] needs of the filter entry being applied.
+struct Target<'a> {
+    entry: &'a WalEntry,
+    filter: &'a Filter,
+    op: ChangeOp,
+    /// The schema the entry is applied with (dropping indexes maintained).
+    schema: &'a crate::schema::Schema,
+    /// Rows the new record (a replace) writes: not tombstoned.
+    new_rows: &'a BTreeSet<(String, String)>,
+    new_identity: Option<&'a String>,
 }
 
 impl Applier {
@@ -42,82 +62,48 @@ impl Applier {
         };
         let op = if new_record.is_some() { ChangeOp::Replace } else { ChangeOp::Delete };
         let current = self.schema();
+        // Through an index being dropped: its drop's job may have removed rows this entry
+        // tombstoned in an earlier attempt (`super::earlier`).
+        let through_dropping = filter.fields.iter().any(|(f, _)| current.index_state(f) == Some(IndexState::Dropping));
         let schema = current.with_dropping_maintained().map_or(current, std::sync::Arc::new);
         // Validated against an active index when logged. An index being dropped keeps its rows
         // until the drop's job runs, which starts only once the drop's entry is applied, and
-        // every entry before it in shard 0 is applied first: resolve through it. An index
-        // gone altogether can only meet an entry logged late after the drop, which was never
-        // acknowledged (the writer re-reads the schema version once its entry is durable,
-        // `Catalog::log`): it takes no effect, like any unacknowledged write may.
+        // every entry before it in shard 0 is applied first: resolve through it.
         let usable = |f: &str| schema.is_index(f) || schema.index_state(f) == Some(IndexState::Dropping);
-        if let Some((field, _)) = filter.fields.iter().find(|(f, _)| !usable(f)) {
-            tracing::warn!(wal_id = %entry.id, %field, "filter on an index dropped before this entry was applied: no effect");
-            return Ok(());
-        }
+        let gone = filter.fields.iter().find(|(f, _)| !usable(f)).map(|(f, _)| f.clone());
         let new_keys = new_record.map(|r| schema.record_keys(r)).transpose()?;
         let new_identity = new_keys.as_ref().map(|k| &k.row_key);
         let new_rows: BTreeSet<(String, String)> =
             new_keys.iter().flat_map(|k| k.partitions.iter().map(|(_, pk)| (pk.clone(), k.row_key.clone()))).collect();
-        let pk = filter.partition_key(&schema)?;
-        let ranges = filter.row_ranges(); // pruned on the server, like a lookup
-        let mut pages = futures::stream::iter(ranges.iter())
-            .flat_map(|range| pager::pages(self.store.as_ref(), &self.catalog_table, &pk, range, MAX_PAGE));
-        while let Some(page) = pages.try_next().await? {
-            tracing::debug!(wal_id = %entry.id, rows = page.entities.len(), partition = %pk, "filter page");
-            let mut doomed: BTreeMap<(String, String), Record> = BTreeMap::new();
-            // Identities whose matched row a later entry wrote (applied before this one).
-            let mut newer: BTreeSet<String> = BTreeSet::new();
-            // Identities whose row here a later entry turned into a tombstone (it moved the
-            // record to another value of an added index): this entry may still have removed
-            // the version before it, which only the history can tell.
-            let mut hidden: BTreeSet<String> = BTreeSet::new();
-            for found in self.matches(filter, entry.effective(), &page.entities) {
-                let (row_key, rec) = match found {
-                    Match::Live { row_key, record, later } => {
-                        if later {
-                            newer.insert(row_key.clone());
-                        }
-                        (row_key, record)
-                    }
-                    Match::HiddenByLater { row_key } => {
-                        hidden.insert(row_key);
-                        continue;
-                    }
-                };
-                let rows = match schema.record_keys(&rec) {
-                    Ok(k) => k.partitions.into_iter().map(|(_, pk)| (pk, k.row_key.clone())).collect(),
-                    // A row another client wrote that our schema cannot key: remove the row found.
-                    Err(_) => vec![(pk.clone(), row_key)],
-                };
-                for row in rows {
-                    if !new_rows.contains(&row) {
-                        doomed.insert(row, rec.clone());
-                    }
-                }
+        let target = Target { entry, filter, op, schema: &schema, new_rows: &new_rows, new_identity };
+        let mut handled: BTreeSet<String> = BTreeSet::new();
+        if gone.is_none() {
+            let pk = filter.partition_key(&schema)?;
+            let ranges = filter.row_ranges(); // pruned on the server, like a lookup
+            let mut pages = futures::stream::iter(ranges.iter())
+                .flat_map(|range| pager::pages(self.store.as_ref(), &self.catalog_table, &pk, range, MAX_PAGE));
+            while let Some(page) = pages.try_next().await? {
+                tracing::debug!(wal_id = %entry.id, rows = page.entities.len(), partition = %pk, "filter page");
+                let found = self.matches(filter, entry.effective(), &page.entities);
+                handled.extend(found.iter().map(|m| m.row_key().to_string()));
+                self.remove_matched(&target, found).await?;
             }
-            if !doomed.is_empty() {
-                self.index_tombstones(entry.effective(), doomed.keys()).await?;
-                let writes = doomed
-                    .iter()
-                    .map(|((pk, rk), rec)| (pk.clone(), rk.clone(), entry.effective(), RowWrite::Tombstone(rec)))
-                    .collect();
-                self.write_rows(writes).await?;
+        }
+        if gone.is_some() || through_dropping {
+            let earlier = self.matched_earlier(filter, entry.effective(), &handled).await?;
+            if let (Some(field), true) = (&gone, earlier.is_empty()) {
+                // Validated against an active index when logged. An index gone altogether
+                // can only meet an entry logged late after the drop, which was never
+                // acknowledged (the writer re-reads the schema version once its entry is
+                // durable, `Catalog::log`): it takes no effect, like any unacknowledged
+                // write may, unless an earlier attempt already took effect (then completed).
+                tracing::warn!(wal_id = %entry.id, %field, "filter on an index dropped before this entry was applied: no effect");
+                return Ok(());
             }
-            // One history row per identity removed (the new record's own identity, when the
-            // filter matched it, gets the row below instead).
-            let removed: BTreeSet<&String> =
-                doomed.keys().map(|(_, rk)| rk).chain(hidden.iter()).filter(|rk| Some(*rk) != new_identity).collect();
-            let mut changes = Vec::with_capacity(removed.len());
-            for rk in removed {
-                // A row a later entry wrote (or hid) was removed by this one only if the
-                // version before this entry in effective-id order matched (else the later
-                // entry created it, or the record never had the value then).
-                let later = newer.contains(rk) || hidden.contains(rk);
-                if !later || self.existed_before(rk, entry.effective(), filter).await? {
-                    changes.push(Change { identity: rk.clone(), op, wal_id: entry.effective(), record: None });
-                }
+            if !earlier.is_empty() {
+                tracing::debug!(wal_id = %entry.id, records = earlier.len(), "filter completes an earlier attempt's removals");
             }
-            self.record_history(changes).await?;
+            self.remove_matched(&target, earlier).await?;
         }
         if let (Some(record), Some(identity)) = (new_record, new_identity) {
             if schema.has_added_indexes() {
@@ -138,11 +124,69 @@ impl Applier {
         Ok(())
     }
 
+    /// Tombstones every row of the records in `found` (except rows the new record keeps)
+    /// and records one history row per identity removed.
+    async fn remove_matched(&self, t: &Target<'_>, found: Vec<Match>) -> Result<()> {
+        let id = t.entry.effective();
+        let mut doomed: BTreeMap<(String, String), Record> = BTreeMap::new();
+        // Identities whose matched row a later entry wrote (applied before this one).
+        let mut newer: BTreeSet<String> = BTreeSet::new();
+        // Identities whose row here a later entry turned into a tombstone (it moved the
+        // record to another value of an added index): this entry may still have removed
+        // the version before it, which only the history can tell.
+        let mut hidden: BTreeSet<String> = BTreeSet::new();
+        for m in found {
+            let (partition, row_key, rec) = match m {
+                Match::Live { partition, row_key, record, later } => {
+                    if later {
+                        newer.insert(row_key.clone());
+                    }
+                    (partition, row_key, record)
+                }
+                Match::HiddenByLater { row_key } => {
+                    hidden.insert(row_key);
+                    continue;
+                }
+            };
+            let rows = match t.schema.record_keys(&rec) {
+                Ok(k) => k.partitions.into_iter().map(|(_, pk)| (pk, k.row_key.clone())).collect(),
+                // A row another client wrote that our schema cannot key: remove the row found.
+                Err(_) => vec![(partition, row_key)],
+            };
+            for row in rows {
+                if !t.new_rows.contains(&row) {
+                    doomed.insert(row, rec.clone());
+                }
+            }
+        }
+        if !doomed.is_empty() {
+            self.index_tombstones(id, doomed.keys()).await?;
+            let writes =
+                doomed.iter().map(|((pk, rk), rec)| (pk.clone(), rk.clone(), id, RowWrite::Tombstone(rec))).collect();
+            self.write_rows(writes).await?;
+        }
+        // One history row per identity removed (the new record's own identity, when the
+        // filter matched it, gets the row below instead).
+        let removed: BTreeSet<&String> =
+            doomed.keys().map(|(_, rk)| rk).chain(hidden.iter()).filter(|rk| Some(*rk) != t.new_identity).collect();
+        let mut changes = Vec::with_capacity(removed.len());
+        for rk in removed {
+            // A row a later entry wrote (or hid) was removed by this one only if the
+            // version before this entry in effective-id order matched (else the later
+            // entry created it, or the record never had the value then).
+            let later = newer.contains(rk) || hidden.contains(rk);
+            if !later || self.existed_before(rk, id, t.filter).await? {
+                changes.push(Change { identity: rk.clone(), op: t.op, wal_id: id, record: None });
+            }
+        }
+        self.record_history(changes).await
+    }
+
     /// The records of one page of the filter's partition that the filter addresses for
     /// entry `id`: live matching rows, plus rows this same entry already turned into
     /// tombstones (a re-application after a crash), plus tombstones a later entry wrote
     /// (see [`Match::HiddenByLater`]).
-    fn matches(&self, filter: &Filter, id: &WalId, entities: &[Entity]) -> Vec<Match> {
+    pub(super) fn matches(&self, filter: &Filter, id: &WalId, entities: &[Entity]) -> Vec<Match> {
         let mut out = Vec::new();
         for e in entities {
             let meta = RowMeta::of(e);
@@ -158,6 +202,7 @@ impl Applier {
             let rec = record::payload(e, &meta);
             if filter.matches(&self.schema(), &rec) {
                 out.push(Match::Live {
+                    partition: e.partition_key.clone(),
                     row_key: e.row_key.clone(),
                     record: rec,
                     later: meta.wal_id.as_str() > id.as_str(),

@@ -24,6 +24,7 @@ pub mod barrier;
 pub mod catch_up;
 pub mod dead;
 mod dropping;
+mod earlier;
 pub mod fanout;
 pub mod filter;
 pub mod history;

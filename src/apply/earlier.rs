@@ -1,0 +1,62 @@
+//! What a filter entry removed in an earlier attempt, found through its index tombstones.
+//!
+//! A replace or delete resolves its filter by reading the filter's partition, and a retry
+//! (the attempt failed after some of its tombstones landed) finds its own tombstones there
+//! and completes them ([`super::filter`]). Through an index being dropped, that partition can
+//! be emptied between the attempts by the drop's job, and the retry then saw nothing: the
+//! earlier attempt's tombstones elsewhere (the owner row) stayed without their history row,
+//! so the history kept a record the catalog had removed (found by the simulator, seed 1410).
+//!
+//! So such a filter also reads the entry's index tombstones (written before its tombstones,
+//! [`Applier::index_tombstones`]: one range query of RowKeys `{id}_…`), reads the rows they
+//! name, and treats each identity as its partition page would: this entry's own tombstone,
+//! a row still live (decided on, not yet written), or a later entry's row. Only for filters
+//! through a dropping or dropped index; otherwise the filter's partition is intact.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use futures::TryStreamExt;
+
+use super::filter::Match;
+use super::Applier;
+use crate::error::Result;
+use crate::query::Filter;
+use crate::record::RowMeta;
+use crate::store::{pager, Entity, RowRange, MAX_PAGE};
+use crate::wal::{WalId, TOMBSTONES};
+
+impl Applier {
+    /// The records entry `id` decided to remove in an earlier attempt (module docs), except
+    /// identities in `handled`. Per identity, the row with the largest WAL id among those its
+    /// index tombstones name (this entry's own tombstone wins over the older rows it
+    /// replaced); rows gone (the drop's job) are skipped.
+    pub(super) async fn matched_earlier(
+        &self,
+        filter: &Filter,
+        id: &WalId,
+        handled: &BTreeSet<String>,
+    ) -> Result<Vec<Match>> {
+        let range = RowRange { from: Some(format!("{id}_")), before: Some(format!("{id}`")), ..RowRange::default() };
+        let mut named: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+        let mut rows = pager::entities(self.store.as_ref(), self.wal.table(), TOMBSTONES, &range, MAX_PAGE);
+        while let Some(t) = rows.try_next().await? {
+            if let (Some(pk), Some(rk)) = (t.str("pk"), t.str("rk")) {
+                if !handled.contains(rk) {
+                    named.entry(rk.to_string()).or_default().insert(pk.to_string());
+                }
+            }
+        }
+        let mut latest: Vec<Entity> = Vec::with_capacity(named.len());
+        for (rk, pks) in named {
+            let mut best: Option<Entity> = None;
+            for pk in pks {
+                let Some(row) = self.store.get(&self.catalog_table, &pk, &rk).await? else { continue };
+                if best.as_ref().is_none_or(|b| RowMeta::of(b).wal_id < RowMeta::of(&row).wal_id) {
+                    best = Some(row);
+                }
+            }
+            latest.extend(best);
+        }
+        Ok(self.matches(filter, id, &latest))
+    }
+}
