@@ -6,6 +6,10 @@
 #
 # Usage:
 #   scripts/mutate.sh NAME [--test TARGET[:FILTER]]... [--cmd COMMAND] [--keep-going]
+#   scripts/mutate.sh NAME SEEDS                the deterministic simulator instead of the
+#                                               tests: SEEDS is COUNT (seeds 1..COUNT) or
+#                                               FROM-TO; prints the failing seeds, the first
+#                                               one first (scripts/sim.sh)
 #   scripts/mutate.sh --all [--keep-going]      every mutant; exit 1 if any survived
 #   scripts/mutate.sh --check                   every patch still applies (nothing built)
 #   scripts/mutate.sh --list                    mutants and their recorded tests
@@ -158,7 +162,12 @@ try_mutant() {
     fi
     [ "${#run[@]}" -gt 0 ] || die "mutant '$name' records no test (a '# test:' header line)"
     # Build first, so that a mutant that does not compile is an error, not "caught".
-    if [ -z "$cmd" ]; then
+    if [ -n "$seeds" ]; then
+        if ! run_in_scratch "build" "$cargo test --release --features fault-injection --test sim --no-run" "$logdir/build.log"; then
+            echo "mutant $name: ERROR: does not build ($logdir/build.log)"
+            return 2
+        fi
+    elif [ -z "$cmd" ]; then
         local -a targets=()
         for t in "${run[@]}"; do targets+=(--test "${t%%:*}"); done
         if ! run_in_scratch "build" "$cargo test --features $features --no-run ${targets[*]}" "$logdir/build.log"; then
@@ -234,6 +243,7 @@ baseline() {
 tests=()
 cmd="${TC_MUTANT_CMD:-}"
 keep_going=0
+seeds=""
 mode=""
 name=""
 while [ $# -gt 0 ]; do
@@ -247,6 +257,15 @@ while [ $# -gt 0 ]; do
         --cmd) shift; [ $# -gt 0 ] || die "--cmd needs a command"; cmd="$1" ;;
         -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
         -*) die "unknown option $1" ;;
+        [0-9]*)
+            [ -n "$name" ] || die "SEEDS comes after the mutant's name"
+            case "$1" in
+                *-*) from="${1%-*}"; to="${1#*-}" ;;
+                *) from=1; to="$1" ;;
+            esac
+            [[ "$from" =~ ^[0-9]+$ && "$to" =~ ^[0-9]+$ && "$to" -ge "$from" ]] || die "SEEDS: COUNT or FROM-TO, got $1"
+            seeds="$from-$to"
+            cmd="scripts/sim.sh $from $((to - from + 1))" ;;
         *) [ -z "$name" ] || die "one mutant at a time (or --all)"; name="$1" ;;
     esac
     shift
@@ -283,5 +302,11 @@ if [ "$mode" = all ]; then
     exit "$survived"
 fi
 
-[ -n "$name" ] || die "usage: scripts/mutate.sh NAME [--test TARGET[:FILTER]]... [--cmd COMMAND] | --all | --check | --list"
-try_mutant "$name"
+[ -n "$name" ] || die "usage: scripts/mutate.sh NAME [SEEDS] [--test TARGET[:FILTER]]... [--cmd COMMAND] | --all | --check | --list"
+rc=0
+try_mutant "$name" || rc=$?
+if [ -n "$seeds" ]; then
+    # The simulator's summary: its failing seeds are listed in increasing order.
+    grep -E '^sim: ' "$target/logs/$name/cmd.log" || true
+fi
+exit "$rc"
