@@ -16,7 +16,8 @@
 //! values while filters on it run; `consistent=true` reads; queue intents, some delivered
 //! twice with the same message id.
 //!
-//! **Faults.** 503s before and after commit; WAL entry inserts held for a random time
+//! **Faults.** query pages cut short or empty, the first included, with a continuation
+//! token; 503s before and after commit; WAL entry inserts held for a random time
 //! (entries that become durable out of id order); catalog-row writes held longer than the
 //! lease (a paused applier whose lease another takes over); instances crashed (their tasks
 //! stopped, their in-flight calls abandoned) and restarted under a new identity, with lease
@@ -67,6 +68,9 @@ const CLIENTS: usize = 4;
 const AIRPORTS: [&str; 6] = ["KAAA", "KBBB", "KCCC", "KDDD", "KEEE", "KFFF"];
 const CODES: [&str; 4] = ["AAA", "BBB", "CCC", "DDD"];
 const COUNTRIES: [&str; 3] = ["US", "CA", "MX"];
+/// The probability that a query page is cut short (an empty first page with a token
+/// included), as Azure may cut any page: every continuation loop is exercised.
+const SHORT_PAGES: f64 = 0.05;
 
 /// One simulation's parameters.
 #[derive(Debug, Clone, Copy)]
@@ -352,7 +356,7 @@ pub fn run(sim: Sim) -> Outcome {
     rt.block_on(async move {
         let _env = env::simulate(sim.seed, WALL_START_US);
         let started = env::now();
-        let mem: Arc<dyn Store> = Arc::new(MemStore::new());
+        let mem: Arc<dyn Store> = Arc::new(MemStore::with_random_short_pages(SHORT_PAGES));
         let store: Arc<dyn Store> =
             Arc::new(SimAzureStore::new(mem, SimOptions { seed: env::seed(), ..SimOptions::default() }));
         let names = Names::new("sim", None, None).unwrap();

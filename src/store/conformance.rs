@@ -161,10 +161,11 @@ pub async fn entity_limits(store: &dyn Store) {
     }
     // Keys with a character Azure forbids, or over 512 UTF-16 units (no read back: Azurite
     // answers a GET of a key holding `/` with HTTP 500).
-    for (pk, rk) in [("p", "a/b"), ("p", "a\\b"), ("p", "a#b"), ("p", "a?b"), ("p", "a\tb"), ("p", "a\u{7f}b"), ("p/q", "k")]
-        .map(|(p, r)| (p.to_string(), r.to_string()))
-        .into_iter()
-        .chain([("p".to_string(), "k".repeat(513))])
+    for (pk, rk) in
+        [("p", "a/b"), ("p", "a\\b"), ("p", "a#b"), ("p", "a?b"), ("p", "a\tb"), ("p", "a\u{7f}b"), ("p/q", "k")]
+            .map(|(p, r)| (p.to_string(), r.to_string()))
+            .into_iter()
+            .chain([("p".to_string(), "k".repeat(513))])
     {
         let entity = e(&pk, &rk, 0);
         assert!(matches!(store.insert(&t, &entity).await, Err(StoreError::InvalidInput(_))), "insert {pk:?} {rk:?}");

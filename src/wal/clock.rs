@@ -10,7 +10,9 @@
 //! timestamp anybody published. Rows are keyed by value and owner, so publishing never
 //! conflicts. Allocating ids is one round:
 //! 1. read the first row of [`CLOCK`] (one query, `$top=1`, one entity whatever the number
-//!    of processes): the high-water mark `h`;
+//!    of processes): the high-water mark `h`. The answer must come in one response
+//!    ([`pager::head`]): a first page cut short is read again from the start, not followed,
+//!    because the row it would resume at may be replaced meanwhile by one sorting before it;
 //! 2. hand out timestamps from `max(now + skew, h + 1, own last + 1)` on, one microsecond
 //!    apart;
 //! 3. publish the new `last`: one entity group transaction that upserts the new row and
@@ -53,7 +55,7 @@
 
 use std::time::Duration;
 
-use futures::{StreamExt, TryStreamExt};
+use futures::TryStreamExt;
 
 use super::id::now_micros;
 use super::METADATA;
@@ -240,7 +242,9 @@ impl Clock {
     /// (the first call of a process also reads the legacy rows).
     pub async fn read(&self, store: &dyn Store, table: &str) -> Result<ClockRead> {
         let all = RowRange::default();
-        let first: Vec<Entity> = pager::entities(store, table, CLOCK, &all, 2).take(2).try_collect().await?;
+        // One response, not a followed token: a publication replaces its owner's row by one
+        // that sorts before it, so a read resumed behind the old row could miss both.
+        let first = pager::head(store, table, CLOCK, &all, 2).await?;
         let floor = *self.legacy.get_or_try_init(|| legacy_high(store, table)).await?;
         let schema_version = first.iter().find(|e| e.row_key == SCHEMA_ROW).map_or(0, version_of);
         let top = first.iter().find(|e| e.row_key != SCHEMA_ROW);

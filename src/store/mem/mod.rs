@@ -28,8 +28,10 @@
 //!   embedded store does.
 //!
 //! Pages split exactly at the requested limit (capped at [`super::MAX_PAGE`]) unless the
-//! store is built with [`MemStore::with_short_pages`], which returns short and empty pages
-//! with tokens the way Azure may, to exercise callers' continuation loops.
+//! store is built with [`MemStore::with_short_pages`] (a fixed pattern) or
+//! [`MemStore::with_random_short_pages`] (drawn from the random source, the simulation's seed
+//! there), which return short and empty pages with tokens the way Azure may, to exercise
+//! callers' continuation loops.
 
 mod queues;
 mod tables;
@@ -45,13 +47,27 @@ use std::sync::{Arc, Mutex, PoisonError};
 #[derive(Clone, Default)]
 pub struct MemStore {
     state: Arc<Mutex<State>>,
-    /// Whether query pages are cut short on a fixed pattern (see [`MemStore::with_short_pages`]).
-    short_pages: bool,
+    /// How query pages are cut.
+    pages: Pages,
+}
+
+/// How query pages are cut (see [`MemStore::with_short_pages`],
+/// [`MemStore::with_random_short_pages`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+enum Pages {
+    /// Every page full up to its limit.
+    #[default]
+    Full,
+    /// Full, empty, half, full, empty, half, ...
+    Pattern,
+    /// Each page, the first included, cut with this probability to a size drawn uniformly
+    /// from 0 to its limit less one.
+    Random(f64),
 }
 
 impl std::fmt::Debug for MemStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("MemStore").field("short_pages", &self.short_pages).finish_non_exhaustive()
+        f.debug_struct("MemStore").field("pages", &self.pages).finish_non_exhaustive()
     }
 }
 
@@ -68,7 +84,18 @@ impl MemStore {
     /// depends only on the page's place in its query (carried in the token), so it is
     /// deterministic, and every three pages make progress. `count_range` is not paged.
     pub fn with_short_pages() -> MemStore {
-        MemStore { short_pages: true, ..MemStore::default() }
+        MemStore { pages: Pages::Pattern, ..MemStore::default() }
+    }
+
+    /// An empty store whose query pages are cut at random: each page, the first of a query
+    /// included, with probability `probability` (clamped to 0..=1) holds a number of
+    /// entities drawn uniformly from 0 to its limit less one, and carries a token when
+    /// entities are left after it. Draws come from [`crate::env::with_rng`], so in a
+    /// simulation the cuts replay from its seed; the expected number of pages per query grows
+    /// by a factor of at most 1 / (1 - `probability`), so a query always ends.
+    pub fn with_random_short_pages(probability: f64) -> MemStore {
+        let probability = if probability.is_finite() { probability.clamp(0.0, 1.0) } else { 0.0 };
+        MemStore { pages: Pages::Random(probability), ..MemStore::default() }
     }
 
     /// Runs `f` on the state under the lock. Never held across an await: `f` is synchronous.

@@ -9,7 +9,7 @@ use std::ops::Bound::{self, Excluded, Included, Unbounded};
 use async_trait::async_trait;
 use base64::Engine as _;
 
-use super::{Counters, Key, MemStore, State};
+use super::{Counters, Key, MemStore, Pages, State};
 use crate::store::value::check_entity;
 use crate::store::{
     already_exists, check_if_match, table_not_found, validate_batch, BatchOp, ETag, Entity, IfMatch, Page,
@@ -167,10 +167,22 @@ fn decode_token(token: &str) -> StoreResult<Resume> {
 impl MemStore {
     /// How many entities page number `page` (0 = first) of a query holds.
     fn page_size(&self, limit: usize, page: u64) -> usize {
-        match (self.short_pages, page % 3) {
-            (false, _) | (true, 0) => limit,
-            (true, 1) => 0,
-            (true, _) => (limit / 2).max(1),
+        match self.pages {
+            Pages::Full => limit,
+            Pages::Pattern => match page % 3 {
+                0 => limit,
+                1 => 0,
+                _ => (limit / 2).max(1),
+            },
+            Pages::Random(probability) => crate::env::with_rng(|rng| {
+                let unit = (rng.next_u64() >> 11) as f64 / (1u64 << 53) as f64;
+                let cut = probability > 0.0 && unit < probability;
+                if cut {
+                    (rng.next_u64() % limit as u64) as usize
+                } else {
+                    limit
+                }
+            }),
         }
     }
 

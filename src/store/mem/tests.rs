@@ -139,6 +139,29 @@ async fn short_pages_follow_a_fixed_pattern_and_lose_nothing() {
 }
 
 #[tokio::test]
+async fn random_short_pages_cut_first_pages_too_and_lose_nothing() {
+    let store = filled(MemStore::with_random_short_pages(0.5)).await;
+    let all = RowRange::default();
+    let expected: Vec<String> = (0..10).map(|i| format!("p/{i:02}")).collect();
+    let mut empty_first = 0;
+    let mut sizes_seen = std::collections::BTreeSet::new();
+    for _ in 0..200 {
+        let (sizes, keys) =
+            follow(async |t| store.query_partition("pages", "p", &all, 4, t.as_deref()).await.unwrap()).await;
+        assert_eq!(keys, expected, "nothing lost, nothing repeated, in order");
+        assert!(sizes.iter().all(|&n| n <= 4), "{sizes:?}");
+        empty_first += usize::from(sizes[0] == 0);
+        sizes_seen.extend(sizes);
+    }
+    // A cut draws 0..=3 entities with probability 1/2: about 1 first page in 8 is empty.
+    assert!((5..=60).contains(&empty_first), "empty first pages: {empty_first} of 200");
+    assert_eq!(sizes_seen.into_iter().collect::<Vec<_>>(), [0, 1, 2, 3, 4]);
+    let full = filled(MemStore::with_random_short_pages(0.0)).await;
+    let (sizes, _) = follow(async |t| full.query_partition("pages", "p", &all, 4, t.as_deref()).await.unwrap()).await;
+    assert_eq!(sizes, [4, 4, 2], "probability 0: pages as without cuts");
+}
+
+#[tokio::test]
 async fn foreign_tokens_are_refused() {
     let store = filled(MemStore::new()).await;
     let all = RowRange::default();
