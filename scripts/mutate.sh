@@ -8,8 +8,8 @@
 #   scripts/mutate.sh NAME [--test TARGET[:FILTER]]... [--cmd COMMAND] [--keep-going]
 #   scripts/mutate.sh NAME SEEDS                the deterministic simulator instead of the
 #                                               tests: SEEDS is COUNT (seeds 1..COUNT) or
-#                                               FROM-TO; prints the failing seeds, the first
-#                                               one first (scripts/sim.sh)
+#                                               FROM-TO; stops at the first failing seed and
+#                                               prints it (scripts/sim.sh)
 #   scripts/mutate.sh --all [--keep-going]      every mutant; exit 1 if any survived
 #   scripts/mutate.sh --check                   every patch still applies (nothing built)
 #   scripts/mutate.sh --list                    mutants and their recorded tests
@@ -265,7 +265,7 @@ while [ $# -gt 0 ]; do
             esac
             [[ "$from" =~ ^[0-9]+$ && "$to" =~ ^[0-9]+$ && "$to" -ge "$from" ]] || die "SEEDS: COUNT or FROM-TO, got $1"
             seeds="$from-$to"
-            cmd="scripts/sim.sh $from $((to - from + 1))" ;;
+            cmd="SIM_STOP_AT_FIRST=1 scripts/sim.sh $from $((to - from + 1))" ;;
         *) [ -z "$name" ] || die "one mutant at a time (or --all)"; name="$1" ;;
     esac
     shift

@@ -6,7 +6,8 @@
 #   scripts/sim.sh --replay SEED       # one seed; its violations, digest and trace
 #
 # Settings (environment): SIM_OPS client operations per seed (200), SIM_SHARDS WAL shards
-# (default: 1, 4 and 16 by seed), SIM_LOG a tracing filter for the replay (e.g.
+# (default: 1, 4 and 16 by seed), SIM_STOP_AT_FIRST=1 to stop after the first failing seed
+# (scripts/mutate.sh NAME SEEDS sets it), SIM_LOG a tracing filter for the replay (e.g.
 # table_catalog=debug, to stderr). Prints one summary line (seeds, operations, violations,
 # time) and, for each failing seed, the command that replays it; the per-seed lines go to
 # $CARGO_TARGET_DIR/sim/last.log. Exits non-zero when a seed fails.
@@ -16,6 +17,7 @@ target="${CARGO_TARGET_DIR:-target}"
 mkdir -p "$target/sim"
 export TC_SIM_OPS="${SIM_OPS:-200}"
 [ -n "${SIM_SHARDS:-}" ] && export TC_SIM_SHARDS="$SIM_SHARDS"
+[ -n "${SIM_STOP_AT_FIRST:-}" ] && export TC_SIM_STOP_AT_FIRST="$SIM_STOP_AT_FIRST"
 run() {
     cargo test --release --features fault-injection --test sim -- --nocapture --exact bounded_seed_range_finds_no_violation
 }

@@ -531,12 +531,14 @@ const OPEN: &[(u64, &str)] = &[];
 /// with `TC_SIM_OPS` client operations (default 200) on `TC_SIM_SHARDS` WAL shards (default:
 /// 1, 4 and 16 in turn). Prints one line per seed (digest) and a summary line; for each
 /// failing seed, the command that replays it. `TC_SIM_TRACE=FILE` writes the trace of the
-/// last seed.
+/// last seed; `TC_SIM_STOP_AT_FIRST=1` stops after the first failing seed (the summary names
+/// the seeds run).
 #[test]
 fn bounded_seed_range_finds_no_violation() {
     let from = env_u64("TC_SIM_FROM").unwrap_or(1);
     let count = env_u64("TC_SIM_COUNT").unwrap_or(12);
     let ops = env_u64("TC_SIM_OPS").unwrap_or(200) as usize;
+    let stop_at_first = env_u64("TC_SIM_STOP_AT_FIRST").is_some_and(|v| v != 0);
     let cpu = std::time::Instant::now();
     let (mut total_ops, mut failed) = (0, Vec::new());
     let mut last = None;
@@ -565,15 +567,18 @@ fn bounded_seed_range_finds_no_violation() {
             (true, None) => {}
         }
         last = Some(o);
+        if stop_at_first && !failed.is_empty() {
+            break;
+        }
     }
+    let to = last.as_ref().map_or(from, |o| o.seed);
     if let (Ok(path), Some(o)) = (std::env::var("TC_SIM_TRACE"), last) {
         std::fs::write(&path, o.trace.join("\n")).unwrap();
         println!("trace of seed {} written to {path}", o.seed);
     }
     let secs = cpu.elapsed().as_secs_f64();
     println!(
-        "sim: seeds {from}..{}, {total_ops} operations, {} violations (seeds {failed:?}), {secs:.1} s, {:.0} operations/s",
-        from + count - 1,
+        "sim: seeds {from}..{to}, {total_ops} operations, {} violations (seeds {failed:?}), {secs:.1} s, {:.0} operations/s",
         failed.len(),
         total_ops as f64 / secs.max(1e-9)
     );
