@@ -41,7 +41,7 @@ use table_catalog::query::Filter;
 use table_catalog::record::Record;
 use table_catalog::schema::IndexState;
 use table_catalog::server::ServeOptions;
-use table_catalog::store::fault::{Fault, FaultStore, Gate, OpKind, Rule, Trigger};
+use table_catalog::store::fault::{unavailable, Fault, FaultStore, Gate, OpKind, Rule, Trigger};
 use table_catalog::store::layer::{Call, Layer, LayeredStore, Returned};
 use table_catalog::store::{
     BatchOp, ETag, Entity, IfMatch, Page, PartitionRange, QueueStore, ReceivedMessage, RowRange, Store, StoreError,
@@ -1332,6 +1332,46 @@ async fn a_row_of_a_dropped_index_written_after_the_applier_saw_the_index_gone_i
         assert!(a.schema().added().iter().all(|i| i.field != "country"), "{label}: A now sees the index gone");
         layer.door.open();
         within(&format!("{label}: A's apply"), applying).await.unwrap().unwrap();
+        drain(&[&b], &label).await;
+
+        no_rows_of(inner.as_ref(), &names.table, "country", &label).await;
+        assert_eq!(b.query_all(&f("icao", "KAAA")).await.unwrap(), vec![r("CA")], "{label}: R is live");
+        verify_clean(&b, &label).await;
+    }
+}
+
+/// Found by the simulator with random short pages (seed 432): A writes R's row of a dropped
+/// index (its copy of the schema shows the index dropping, its entry was validated while the
+/// index was active), notes it, and its check after the writes fails removing it (a 503 on
+/// the delete). The notes it had taken were dropped with the error, and the entry's retry
+/// by B, which sees the index gone, writes nothing there: the row stayed behind the job.
+/// A failed check now notes its rows again, and A's next check removes them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_row_of_a_dropped_index_whose_removal_failed_is_removed_by_the_next_check() {
+    for backend in common::backends() {
+        let label = format!("{backend:?}");
+        let inner = common::store(backend);
+        let names = Names::new(&common::unique_name("dropfail"), None, None).unwrap();
+        let b = open(inner.clone(), &names, options()).await;
+        add_index_until_active(&b, "country", &label).await;
+        let faulty = Arc::new(FaultStore::new(inner.clone(), 1));
+        let a = open(faulty.clone(), &names, options()).await;
+
+        indexes::drop(&b, "country").await.unwrap();
+        a.applier().reload_schema().await.unwrap();
+        drop_index_until_gone(&b, "country", &label).await;
+        let seen = a.schema().added().iter().find(|i| i.field == "country").map(|i| i.state);
+        assert_eq!(seen, Some(IndexState::Dropping), "{label}: A's copy still shows the index dropping");
+
+        let up = a.upsert(r("CA"), false).await.unwrap();
+        faulty.add(Rule::new(&[OpKind::Delete], Trigger::Nth(1), Fault::Fail(unavailable())).on(&names.table));
+        let failed = a.applier().apply_shard(up.shard.unwrap()).await;
+        assert!(failed.is_err(), "{label}: A's check after the writes fails: {failed:?}");
+        drain(&[&b], &label).await; // B applies the entry again: nothing of `country`
+
+        let other = json!({"icao": "KBBB", "iata": "BBB", "lid": "BBB", "name": "Bravo Field"});
+        let next = a.upsert(other.as_object().cloned().unwrap(), false).await.unwrap();
+        a.applier().apply_shard(next.shard.unwrap()).await.unwrap();
         drain(&[&b], &label).await;
 
         no_rows_of(inner.as_ref(), &names.table, "country", &label).await;

@@ -423,6 +423,7 @@ async fn quiesce_and_check(world: &World) -> Vec<String> {
     let report = verify::verify(c.store().as_ref(), &world.names.table, &schema).await.unwrap();
     if !report.ok() {
         out.push(format!("verify: {} findings: {:?}", report.total_findings(), report.findings));
+        out.extend(report.violations.iter().take(4).map(|f| format!("  finding: {}", f.json_line())));
     }
     out.extend(linearizability(world).await);
     out
