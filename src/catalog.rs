@@ -352,17 +352,38 @@ impl Catalog {
         .await
     }
 
+    /// Logs the removal of one stray catalog row (`repair`, for a `stray_row` finding): the
+    /// row (`partition_key`, `row_key`) is removed when applied if its ETag is still `etag`
+    /// and it still belongs to no record there ([`Op::RemoveRow`]). Errors: an empty key or
+    /// ETag (invalid input, nothing logged), storage failures.
+    pub(crate) async fn remove_stray_row(&self, partition_key: &str, row_key: &str, etag: &str) -> Result<Written> {
+        for (field, value) in [("partition_key", partition_key), ("row_key", row_key), ("etag", etag)] {
+            if value.is_empty() {
+                return Err(Error::invalid(format!("remove_row: {field} is empty")));
+            }
+        }
+        self.under_schema(|schema| async move {
+            let op = Op::RemoveRow {
+                partition_key: partition_key.to_string(),
+                row_key: row_key.to_string(),
+                etag: etag.to_string(),
+            };
+            self.log(&schema, ShardId::ZERO, op, false).await
+        })
+        .await
+    }
+
     /// Logs `op` (validated under `schema`) in `shard` (the one [`Applier::route`] gives it).
     async fn log(&self, schema: &Schema, shard: ShardId, op: Op, wait: bool) -> Result<Written> {
         let record = match &op {
             Op::Upsert { record } | Op::Replace { record, .. } => Some(record.clone()),
-            Op::Delete { .. } | Op::Schema { .. } => None,
+            Op::Delete { .. } | Op::Schema { .. } | Op::RemoveRow { .. } => None,
         };
         let on_added = match &op {
             Op::Replace { filter, .. } | Op::Delete { filter } => {
                 filter.fields.iter().any(|(f, _)| !schema.identity_keys().contains(f))
             }
-            Op::Upsert { .. } | Op::Schema { .. } => false,
+            Op::Upsert { .. } | Op::Schema { .. } | Op::RemoveRow { .. } => false,
         };
         let id = self.wal.append_under(vec![(shard, op)], schema.version()).await?.remove(0);
         self.hint(shard, &id);
@@ -772,6 +793,7 @@ impl Catalog {
             }
             Op::Delete { filter } => Op::Delete { filter: self.check_filter(schema, filter)? },
             Op::Schema { .. } => return Err(Error::invalid("intent: schema changes cannot be queued")),
+            Op::RemoveRow { .. } => return Err(Error::invalid("intent: row removals cannot be queued")),
         })
     }
 

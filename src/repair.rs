@@ -6,8 +6,10 @@
 //! a live row becomes an upsert of its payload (restoring missing rows, replacing stale ones
 //! and older tombstones); a tombstone, or an orphan row whose owner and other rows are gone,
 //! becomes a delete of exactly that identity ([`crate::query::Filter::identity`]). The new
-//! entries get ids above every row's, so they win over what is there. Unreadable rows are
-//! counted and left alone. Apply afterwards (`recover`, or a running `serve`).
+//! entries get ids above every row's, so they win over what is there. A stray row (a copy
+//! of a record's row under a partition its index values do not include) becomes the removal
+//! of that row, fenced by the ETag the scan saw ([`crate::wal::Op::RemoveRow`]). Unreadable
+//! rows are counted and left alone. Apply afterwards (`recover`, or a running `serve`).
 
 use std::collections::BTreeMap;
 
@@ -29,6 +31,8 @@ pub struct RepairReport {
     pub upserts: u64,
     /// Records re-logged as deletes.
     pub deletes: u64,
+    /// Stray rows logged for removal ([`crate::verify::FindingKind::StrayRow`]).
+    pub removals: u64,
     /// Rows or records left alone: unreadable rows, and records whose latest state the
     /// catalog refuses as a write (the reasons are logged as warnings).
     pub unrepairable: u64,
@@ -41,6 +45,8 @@ pub enum Fixed {
     Upserted,
     /// Logged a delete of the identity.
     Deleted,
+    /// Logged the removal of a stray row.
+    Removed,
     /// The catalog refuses the latest state as a write (logged as a warning); left alone.
     Refused,
 }
@@ -52,6 +58,9 @@ pub async fn apply_fix(catalog: &Catalog, fix: Fix) -> Result<Fixed> {
     let written = match fix {
         Fix::Upsert(record) => catalog.upsert(record, false).await.map(|_| Fixed::Upserted),
         Fix::Delete(filter) => catalog.delete(filter, false).await.map(|_| Fixed::Deleted),
+        Fix::RemoveRow { partition_key, row_key, etag } => {
+            catalog.remove_stray_row(&partition_key, &row_key, &etag).await.map(|_| Fixed::Removed)
+        }
     };
     match written {
         Err(e) if e.is_input_fault() => {
@@ -86,6 +95,7 @@ pub async fn repair(
         match apply_fix(catalog, fix).await? {
             Fixed::Upserted => report.upserts += 1,
             Fixed::Deleted => report.deletes += 1,
+            Fixed::Removed => report.removals += 1,
             Fixed::Refused => report.unrepairable += 1,
         }
     }

@@ -59,6 +59,9 @@ impl Applier {
             Op::Delete { filter } => (filter, None),
             Op::Upsert { .. } => return self.apply_upserts(std::slice::from_ref(entry)).await,
             Op::Schema { version } => return self.apply_schema_change(entry, *version).await,
+            Op::RemoveRow { partition_key, row_key, etag } => {
+                return self.remove_stray_row(entry, partition_key, row_key, etag).await
+            }
         };
         let op = if new_record.is_some() { ChangeOp::Replace } else { ChangeOp::Delete };
         let current = self.schema();

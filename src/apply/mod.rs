@@ -31,6 +31,7 @@ pub mod history;
 pub mod row_cache;
 pub mod schema_change;
 mod stamp;
+mod stray;
 pub mod sweep;
 
 use crate::env::Instant;
@@ -275,7 +276,7 @@ impl Applier {
     pub fn route(&self, op: &Op) -> Result<ShardId> {
         match op {
             Op::Upsert { record } => Ok(self.shard_of(&self.schema().record_keys(record)?.row_key)),
-            Op::Replace { .. } | Op::Delete { .. } | Op::Schema { .. } => Ok(ShardId::ZERO),
+            Op::Replace { .. } | Op::Delete { .. } | Op::Schema { .. } | Op::RemoveRow { .. } => Ok(ShardId::ZERO),
         }
     }
 

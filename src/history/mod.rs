@@ -109,13 +109,14 @@ pub enum ChangeOp {
 }
 
 impl ChangeOp {
-    /// The operation of a WAL entry; `None` for a schema change, which changes no record.
+    /// The operation of a WAL entry; `None` for a schema change or a stray row's removal,
+    /// which change no record.
     pub fn of(op: &Op) -> Option<ChangeOp> {
         match op {
             Op::Upsert { .. } => Some(ChangeOp::Upsert),
             Op::Replace { .. } => Some(ChangeOp::Replace),
             Op::Delete { .. } => Some(ChangeOp::Delete),
-            Op::Schema { .. } => None,
+            Op::Schema { .. } | Op::RemoveRow { .. } => None,
         }
     }
 

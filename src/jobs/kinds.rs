@@ -7,8 +7,8 @@
 //! - `segment`: entities per scan query, 1..=1,000 (default 1,000, Azure's page size).
 //!
 //! Counters: `rows`, `partitions`, `records` (live), `tombstones`, `findings` and one per finding kind
-//! (`missing_row`, `orphan_row`, `stale`, `split_state`, `unreadable`); `repair` adds
-//! `upserts`, `deletes` and `unrepairable`. Each finding is stored as the JSON line
+//! (`missing_row`, `orphan_row`, `moved_row`, `stale`, `split_state`, `stray_row`,
+//! `unreadable`); `repair` adds `upserts`, `deletes`, `removals` and `unrepairable`. Each finding is stored as the JSON line
 //! `verify` prints (`GET /api/jobs/{id}/findings`).
 
 use std::collections::BTreeMap;
@@ -111,6 +111,7 @@ impl JobRunner for ScanCheck {
                 let what = match apply_fix(&self.catalog, fix).await? {
                     Fixed::Upserted => "upserts",
                     Fixed::Deleted => "deletes",
+                    Fixed::Removed => "removals",
                     Fixed::Refused => "unrepairable",
                 };
                 count(&mut result.counters, what, 1);

@@ -11,8 +11,8 @@ pub enum RowState {
     Live,
     /// A tombstone (the record was deleted by the row's WAL id).
     Tombstone,
-    /// No row (or one that does not belong to the record, reported as
-    /// [`FindingKind::Unreadable`] by itself).
+    /// No row (or one that does not belong to the record, reported by itself as
+    /// [`FindingKind::StrayRow`] or [`FindingKind::Unreadable`]).
     Missing,
 }
 
@@ -70,8 +70,17 @@ pub enum FindingKind {
     /// Live rows and tombstones of one record (see [`Finding::rows`]). `repair` re-logs the
     /// state of the row with the highest WAL id: a delete or an upsert.
     SplitState,
+    /// A live row whose payload keys to its RowKey, but whose record's index values do not
+    /// include its partition `pk`: a copy of the record's row under another PartitionKey (a
+    /// write lost halfway through an older release, an edit by hand). Queries of `pk` would
+    /// return the record. `repair` removes it through the WAL, only while it is the row the
+    /// scan saw (its ETag).
+    StrayRow {
+        /// The stray row's partition.
+        pk: String,
+    },
     /// A row that cannot be checked: its record cannot be keyed by the schema, or its keys
-    /// do not give the row's RowKey and PartitionKey. `repair` leaves it alone.
+    /// give another RowKey than the row's. `repair` leaves it alone.
     Unreadable {
         /// The row's partition.
         pk: String,
@@ -89,6 +98,7 @@ impl FindingKind {
             FindingKind::MovedRow { .. } => "moved_row",
             FindingKind::Stale { .. } => "stale",
             FindingKind::SplitState => "split_state",
+            FindingKind::StrayRow { .. } => "stray_row",
             FindingKind::Unreadable { .. } => "unreadable",
         }
     }

@@ -17,6 +17,7 @@ mod finding;
 mod row;
 
 pub use finding::{Finding, FindingKind, RowState, SeenRow};
+pub(crate) use row::belongs;
 pub use row::{check_row, Fix, RecordCheck, RowCheck};
 
 use std::collections::BTreeMap;

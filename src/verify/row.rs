@@ -6,8 +6,9 @@
 //! expected in the partitions of its index values, in schema order; the first is its
 //! **owner** row. Exactly one row reports each record: the first existing row in schema
 //! order (the owner, unless it is missing). So:
-//! - a live row that does not belong is reported by itself ([`FindingKind::Unreadable`])
-//!   and counts as missing for its record (a tombstone that does not belong is dead and
+//! - a live row that does not belong is reported by itself ([`FindingKind::StrayRow`] when
+//!   its payload keys to its RowKey but not to its partition, which `repair` removes;
+//!   [`FindingKind::Unreadable`] otherwise) and counts as missing for its record (a tombstone that does not belong is dead and
 //!   ignored: deleting a row another client wrote leaves one);
 //! - a row at schema position `i` reads the rows before it (point gets, in order) and stops
 //!   at the first one that exists: that one reports. The owner reads none; a non-owner
@@ -37,6 +38,16 @@ pub enum Fix {
     /// Delete exactly this identity (a filter on its index values and its RowKey, first
     /// field on a partition that holds a live row, so the delete finds it).
     Delete(Filter),
+    /// Remove this stray row ([`FindingKind::StrayRow`]) if it is still the one the scan
+    /// saw (ETag `etag`): [`crate::wal::Op::RemoveRow`].
+    RemoveRow {
+        /// The row's PartitionKey.
+        partition_key: String,
+        /// The row's RowKey.
+        row_key: String,
+        /// The row's ETag when it was checked.
+        etag: String,
+    },
 }
 
 /// The verdict on a record, produced by the one row that reports it.
@@ -80,17 +91,32 @@ impl Slot {
     }
 }
 
+/// Why a row does not belong where it is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Misplaced {
+    /// It cannot be checked: its payload cannot be keyed by the schema, or its keys give
+    /// another RowKey (the reason says which).
+    Unreadable(String),
+    /// Its payload keys to its RowKey, but its record's index values do not include its
+    /// partition: a copy of the record's row under another PartitionKey.
+    Stray,
+}
+
 /// The record keys of a row and its position among them, or why it does not belong.
-fn belongs(schema: &Schema, entity: &Entity, meta: &RowMeta) -> std::result::Result<(RecordKeys, usize), String> {
+pub(crate) fn belongs(
+    schema: &Schema,
+    entity: &Entity,
+    meta: &RowMeta,
+) -> std::result::Result<(RecordKeys, usize), Misplaced> {
     let keys = schema
         .record_keys(&record::payload(entity, meta))
-        .map_err(|e| format!("its record cannot be keyed by the schema: {e}"))?;
+        .map_err(|e| Misplaced::Unreadable(format!("its record cannot be keyed by the schema: {e}")))?;
     if keys.row_key != entity.row_key {
-        return Err(format!("its record's keys give RowKey '{}'", keys.row_key));
+        return Err(Misplaced::Unreadable(format!("its record's keys give RowKey '{}'", keys.row_key)));
     }
     match keys.partitions.iter().position(|(_, pk)| *pk == entity.partition_key) {
         Some(i) => Ok((keys, i)),
-        None => Err("its record's index values do not include this partition".to_string()),
+        None => Err(Misplaced::Stray),
     }
 }
 
@@ -117,11 +143,22 @@ pub async fn check_row(store: &dyn TableStore, table: &str, schema: &Schema, ent
         // A delete of a row another client wrote, which the schema cannot key, leaves a
         // tombstone of that row where it was: dead, not a disagreement.
         Err(_) if tombstone => return Ok(RowCheck { tombstone, record: None, findings: Vec::new() }),
-        Err(reason) => {
-            let kind = FindingKind::Unreadable { pk: entity.partition_key.clone(), reason };
-            let rows = vec![Slot { pk: entity.partition_key.clone(), row: Some((entity.clone(), meta)) }.seen()];
+        Err(misplaced) => {
+            let pk = entity.partition_key.clone();
+            let (kind, record) = match misplaced {
+                Misplaced::Unreadable(reason) => (FindingKind::Unreadable { pk: pk.clone(), reason }, None),
+                Misplaced::Stray => {
+                    let fix = entity.etag.as_ref().map(|etag| Fix::RemoveRow {
+                        partition_key: pk.clone(),
+                        row_key: entity.row_key.clone(),
+                        etag: etag.0.clone(),
+                    });
+                    (FindingKind::StrayRow { pk: pk.clone() }, Some(RecordCheck { live: false, fix }))
+                }
+            };
+            let rows = vec![Slot { pk, row: Some((entity.clone(), meta)) }.seen()];
             let finding = Finding { kind, row_key: entity.row_key, rows };
-            return Ok(RowCheck { tombstone, record: None, findings: vec![finding] });
+            return Ok(RowCheck { tombstone, record, findings: vec![finding] });
         }
     };
     let row_key = &keys.row_key;

@@ -46,16 +46,31 @@ pub enum Op {
         /// The schema version the change created.
         version: u64,
     },
+    /// Remove one catalog row that belongs to no record where it is (a `stray_row` finding
+    /// of `verify`, logged by `repair`): the row (`partition_key`, `row_key`) is deleted
+    /// when it is still the one the scan saw (ETag `etag`) and still does not belong under
+    /// the schema the entry is applied with. A row written since, by an applier or by
+    /// hand, is left alone, so this never removes what it did not judge.
+    #[serde(rename = "remove_row")]
+    RemoveRow {
+        /// The row's PartitionKey.
+        partition_key: String,
+        /// The row's RowKey.
+        row_key: String,
+        /// The row's ETag when the scan judged it.
+        etag: String,
+    },
 }
 
 impl Op {
-    /// The operation's name (`upsert`, `replace`, `delete`).
+    /// The operation's name (`upsert`, `replace`, `delete`, `schema`, `remove_row`).
     pub fn name(&self) -> &'static str {
         match self {
             Op::Upsert { .. } => "upsert",
             Op::Replace { .. } => "replace",
             Op::Delete { .. } => "delete",
             Op::Schema { .. } => "schema",
+            Op::RemoveRow { .. } => "remove_row",
         }
     }
 }
