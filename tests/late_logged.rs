@@ -1340,6 +1340,67 @@ async fn a_row_of_a_dropped_index_written_after_the_applier_saw_the_index_gone_i
     }
 }
 
+/// Found by the simulator with random short pages (seed 2835): D = delete country=US matches
+/// R through its row of US, and its first attempt fails after tombstoning one of R's rows
+/// (the lid row). Before the retry, R's row of US no longer shows R: in the simulation, an
+/// older replace of R, applied again by a paused applier, found D's tombstone on R's owner row
+/// and shadowed its own version there with a tombstone just below D's id; here that row is
+/// written by hand. The retry read the US partition, found an older tombstone, matched
+/// nothing, and left R live in its other rows, although D was acknowledged. A filter's retry
+/// now completes whatever its index tombstones name, through any index.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delete_retried_after_its_partition_stopped_showing_the_record_completes_its_removal() {
+    for backend in common::backends() {
+        let label = format!("{backend:?}");
+        let inner = common::store(backend);
+        let names = Names::new(&common::unique_name("retryrm"), None, None).unwrap();
+        let b = open(inner.clone(), &names, options()).await;
+        add_index_until_active(&b, "country", &label).await;
+        b.upsert(r("US"), true).await.unwrap();
+        let faulty = Arc::new(FaultStore::new(inner.clone(), 1));
+        let mut one_at_a_time = options();
+        one_at_a_time.wal.apply_concurrency = 1;
+        let a = open(faulty.clone(), &names, one_at_a_time).await;
+
+        let del = a.delete(f("country", "US"), false).await.unwrap();
+        // Each tombstone replaces a live row: the first replace commits and answers 503.
+        faulty
+            .add(Rule::new(&[OpKind::Replace], Trigger::Nth(1), Fault::CommitThenFail(unavailable())).on(&names.table));
+        let failed = a.applier().apply_shard(ShardId::ZERO).await;
+        assert!(failed.is_err(), "{label}: D's first attempt fails after its first tombstone: {failed:?}");
+        let schema = b.schema();
+        let keys = schema.record_keys(&r("US")).unwrap();
+        let tombstoned: Vec<&str> = {
+            let mut t = Vec::new();
+            for (_, pk) in &keys.partitions {
+                let row = inner.get(&names.table, pk, &keys.row_key).await.unwrap().unwrap();
+                if table_catalog::record::RowMeta::of(&row).deleted {
+                    t.push(pk.as_str());
+                }
+            }
+            t
+        };
+        assert_eq!(tombstoned.len(), 1, "{label}: one row of R tombstoned by the first attempt: {tombstoned:?}");
+        // R's row of US stops showing R: a tombstone of an earlier entry, just below D's id.
+        let (us, _) = keys.partitions.iter().find(|(field, _)| field == "country").map(|(_, pk)| (pk, ())).unwrap();
+        let below = format!("{}_00000000-0000-0000-0000-000000000000", &del.id[..26]); // D's time, smallest uuid
+        assert!(below < del.id);
+        let props = table_catalog::record::tombstone_properties(&r("US"), &below, 0);
+        inner
+            .upsert(&names.table, &Entity { properties: props, ..Entity::new(us, keys.row_key.as_str()) })
+            .await
+            .unwrap();
+
+        drain(&[&a, &b], &label).await;
+        assert!(
+            b.query_all(&f("icao", "KAAA")).await.unwrap().is_empty(),
+            "{label}: R survived D, acknowledged as {}",
+            del.id
+        );
+        verify_clean(&b, &label).await;
+    }
+}
+
 /// Found by the simulator with random short pages (seed 432): A writes R's row of a dropped
 /// index (its copy of the schema shows the index dropping, its entry was validated while the
 /// index was active), notes it, and its check after the writes fails removing it (a 503 on

@@ -65,9 +65,6 @@ impl Applier {
         };
         let op = if new_record.is_some() { ChangeOp::Replace } else { ChangeOp::Delete };
         let current = self.schema();
-        // Through an index being dropped: its drop's job may have removed rows this entry
-        // tombstoned in an earlier attempt (`super::earlier`).
-        let through_dropping = filter.fields.iter().any(|(f, _)| current.index_state(f) == Some(IndexState::Dropping));
         let schema = current.with_dropping_maintained().map_or(current, std::sync::Arc::new);
         // Validated against an active index when logged. An index being dropped keeps its rows
         // until the drop's job runs, which starts only once the drop's entry is applied, and
@@ -92,7 +89,9 @@ impl Applier {
                 self.remove_matched(&target, found).await?;
             }
         }
-        if gone.is_some() || through_dropping {
+        // Whatever an earlier attempt of this entry decided to remove, and its partition no
+        // longer shows (`super::earlier`): one range query, empty on a first attempt.
+        {
             let earlier = self.matched_earlier(filter, entry.effective(), &handled).await?;
             if let (Some(field), true) = (&gone, earlier.is_empty()) {
                 // Validated against an active index when logged. An index gone altogether
