@@ -124,8 +124,11 @@ pub struct WalEntryState {
 pub struct ShardStatus {
     /// The shard's WAL partition (`wal`, `wal-01`..).
     pub shard: String,
-    /// Entries not yet applied.
+    /// Entries not yet applied; a lower bound when `pending_capped`.
     pub pending: u64,
+    /// The count reached [`crate::wal::COUNT_CAP`]. Omitted when false.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub pending_capped: bool,
     /// Age of the oldest pending entry, in milliseconds.
     pub oldest_pending_age_ms: Option<u64>,
     /// The last applied WAL id of this shard.
@@ -135,8 +138,13 @@ pub struct ShardStatus {
 /// Health of the WAL and the queues.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Status {
-    /// WAL entries not yet applied, over every shard.
+    /// WAL entries not yet applied, over every shard; a lower bound when `pending_capped`.
     pub pending: u64,
+    /// Some shard's backlog reached the count cap ([`crate::wal::COUNT_CAP`] entries, counted
+    /// so that a status read stays cheap under any backlog): `pending` is at least that much.
+    /// Omitted when false.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub pending_capped: bool,
     /// Age of the oldest pending entry of any shard, in milliseconds.
     pub oldest_pending_age_ms: Option<u64>,
     /// The largest checkpoint over the shards (the last applied WAL id).
@@ -696,6 +704,7 @@ impl Catalog {
         let checkpoints = futures::future::try_join_all(backlog.iter().map(|b| self.wal.checkpoint(b.shard))).await?;
         Ok(Status {
             pending: backlog.iter().map(|b| b.pending).sum(),
+            pending_capped: backlog.iter().any(|b| b.capped),
             oldest_pending_age_ms: crate::wal::oldest_of(&backlog).as_ref().and_then(age_ms),
             checkpoint: checkpoints.iter().flatten().max().map(|c| c.to_string()),
             shards: backlog
@@ -704,6 +713,7 @@ impl Catalog {
                 .map(|(b, checkpoint)| ShardStatus {
                     shard: b.shard.partition(),
                     pending: b.pending,
+                    pending_capped: b.capped,
                     oldest_pending_age_ms: b.oldest.as_ref().and_then(age_ms),
                     checkpoint: checkpoint.map(|c| c.to_string()),
                 })

@@ -21,8 +21,10 @@
 //!
 //! Cost of one scrape: the gauges come from [`crate::Catalog::status`]: per WAL shard one
 //! backlog query and one checkpoint read, plus one dead-partition count and one queue
-//! metadata request, plus one shard-count read: `2 * shards + 3` storage requests (more when
-//! a shard's backlog or the dead partition spans several pages of 1,000 keys).
+//! metadata request, plus one shard-count read: `2 * shards + 3` storage requests when each
+//! backlog fits a page of 1,000 keys, and at most `12 * shards + 13` however large the
+//! backlog: counts stop at [`crate::wal::COUNT_CAP`] (10,000) per shard, and the status then
+//! says `pending_capped` (the gauge is a lower bound).
 //!
 //! Not exported: attempts inside the Azure backend's retry layer (`src/store/azure/retry.rs`);
 //! a storage call counts once, so `outcome="unavailable"` counts calls whose last attempt failed.

@@ -709,7 +709,7 @@ async fn count_range_reads_keys_only_and_follows_continuations() {
         }
     })
     .await;
-    let counted = fake.store().count_range("tbl", "p", &RowRange::default()).await.unwrap();
+    let counted = fake.store().count_range("tbl", "p", &RowRange::default(), u64::MAX).await.unwrap();
     assert_eq!(counted, (2, Some("r1".to_string())));
     let targets: Vec<String> = fake.requests().iter().map(|r| r.target.clone()).collect();
     assert_eq!(targets.len(), 2, "{targets:?}");

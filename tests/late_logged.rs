@@ -554,8 +554,14 @@ impl TableStore for EmptyFirstPage {
     async fn scan(&self, table: &str, limit: usize, continuation: Option<&str>) -> StoreResult<Page> {
         self.inner.scan(table, limit, continuation).await
     }
-    async fn count_range(&self, table: &str, pk: &str, range: &RowRange) -> StoreResult<(u64, Option<String>)> {
-        self.inner.count_range(table, pk, range).await
+    async fn count_range(
+        &self,
+        table: &str,
+        pk: &str,
+        range: &RowRange,
+        cap: u64,
+    ) -> StoreResult<(u64, Option<String>)> {
+        self.inner.count_range(table, pk, range, cap).await
     }
     async fn batch(&self, table: &str, pk: &str, ops: &[BatchOp]) -> StoreResult<Vec<Option<ETag>>> {
         self.inner.batch(table, pk, ops).await

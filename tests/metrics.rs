@@ -147,3 +147,39 @@ async fn metrics_move_with_writes_applies_conflicts_and_faults() {
         assert!(metric(&m4, "tablecatalog_poison_queue_depth", &[]) >= 1.0, "{m4}");
     }
 }
+
+/// Issue 27, item 4: a status read (and so a metrics scrape) costs a bounded number of
+/// storage requests under any backlog. 12,000 pending entries in one shard are counted up to
+/// `COUNT_CAP` (10,000): the status says `pending_capped`, and the count reads at most 11
+/// pages of keys on Azure (one request on the embedded store), not the 12 a full count needs.
+#[tokio::test]
+async fn a_status_read_under_a_large_backlog_counts_up_to_the_cap() {
+    use table_catalog::store::{BatchOp, TableStore};
+    use table_catalog::wal::COUNT_CAP;
+    for backend in backends() {
+        let counting = Arc::new(CountingStore::new(store(backend)));
+        let names = Names::new(&unique_name("capped"), None, None).unwrap();
+        let c =
+            Catalog::open(counting.clone(), names.clone(), airports_schema(), CatalogOptions::default()).await.unwrap();
+        // Pending entries of shard `wal` (never applied here: nothing runs the appliers).
+        for chunk in 0..120 {
+            let ops: Vec<BatchOp> = (0..100)
+                .map(|i| {
+                    BatchOp::Insert(Entity::new("wal", format!("2000-01-01T00:00:00.{:06}_pending", chunk * 100 + i)))
+                })
+                .collect();
+            counting.batch(&names.wal_table, "wal", &ops).await.unwrap();
+        }
+        let before = counting.counts().snapshot();
+        let status = c.status().await.unwrap();
+        let cost = counting.counts().snapshot().since(&before);
+        assert!(status.pending_capped, "{backend:?}: {status:?}");
+        assert!((COUNT_CAP..12_000).contains(&status.pending), "{backend:?}: {}", status.pending);
+        let json = serde_json::to_value(&status).unwrap();
+        assert_eq!(json["pending_capped"], json!(true));
+        assert_eq!(json["shards"][0]["pending_capped"], json!(true));
+        // Shard count, backlog count, checkpoint, dead count, poison queue: the backlog
+        // count is at most 11 requests.
+        assert!(cost.table <= 11 + 4, "{backend:?}: {} table requests for one status read", cost.table);
+    }
+}

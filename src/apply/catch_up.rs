@@ -101,7 +101,7 @@ impl Applier {
             let upto = RowRange { before: Some(bound.to_string()), ..RowRange::default() };
             let counts = futures::future::try_join_all(behind.iter().map(|s| {
                 let upto = &upto;
-                async move { self.store.count_range(self.wal.table(), &s.partition(), upto).await }
+                async move { self.store.count_range(self.wal.table(), &s.partition(), upto, u64::MAX).await }
             }))
             .await?;
             let pending: u64 = counts.iter().map(|(n, _)| n).sum();

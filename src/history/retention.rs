@@ -52,7 +52,7 @@ pub async fn trim<S: TableStore + ?Sized>(
     }
     if let Some(max) = opts.max_per_record {
         let all = RowRange::default();
-        let (count, _) = store.count_range(table, identity, &all).await?;
+        let (count, _) = store.count_range(table, identity, &all, u64::MAX).await?;
         if count > u64::from(max) + slack(max) {
             let page = (max as usize + 1).min(MAX_PAGE);
             let over: Vec<String> = pager::entities(store, table, identity, &all, page)

@@ -163,7 +163,7 @@ impl JobRows {
 
     /// Number of outstanding work items (keys only on Azure).
     pub async fn todo_count(&self, id: &JobId) -> Result<u64> {
-        Ok(self.store.count_range(&self.table, &todo(id), &RowRange::default()).await?.0)
+        Ok(self.store.count_range(&self.table, &todo(id), &RowRange::default(), u64::MAX).await?.0)
     }
 
     /// Work items completed and the sum of their counters.

@@ -298,8 +298,17 @@ pub async fn paging(store: &dyn Store) {
         assert_eq!(keys.len(), n, "partition of {n}");
         assert!(keys.windows(2).all(|w| w[0] < w[1]), "RowKey order for {n}");
         assert_eq!(keys.iter().collect::<HashSet<_>>().len(), n, "no duplicates for {n}");
-        let counted = store.count_range(&t, &pk, &RowRange::default()).await.unwrap();
+        let counted = store.count_range(&t, &pk, &RowRange::default(), u64::MAX).await.unwrap();
         assert_eq!(counted, (n as u64, keys.first().cloned()), "count of {n}");
+        let at_n = store.count_range(&t, &pk, &RowRange::default(), n as u64 + 1).await.unwrap();
+        assert_eq!(at_n, counted, "a cap above the count of {n} counts exactly");
+        if n > 1 {
+            // A cap below the count: at least the cap, at most the count, and no page once
+            // the cap is reached (a paged backend stops at the end of the page that reached it).
+            let (capped, first) = store.count_range(&t, &pk, &RowRange::default(), 2).await.unwrap();
+            assert!((2..=n as u64).contains(&capped) && capped <= 1000, "count of {n} capped at 2: {capped}");
+            assert_eq!(first, keys.first().cloned());
+        }
     }
     let small = read_all(store, &t, "p1001", &RowRange::default(), 7).await;
     assert_eq!(small.len(), 1001, "small pages");
@@ -336,7 +345,7 @@ pub async fn range_queries(store: &dyn Store) {
         (r(None, Some("00010"), Some("00019"), None), (8, Some("00011".to_string()))),
         (r(Some("1"), None, None, None), (0, None)),
     ] {
-        assert_eq!(store.count_range(&t, "p", &range).await.unwrap(), want, "{range:?}");
+        assert_eq!(store.count_range(&t, "p", &range, u64::MAX).await.unwrap(), want, "{range:?}");
     }
     // UTF-16 code-unit order: an emoji (surrogate U+D83D) sorts before U+E000 and U+FF5E.
     for k in ["\u{ff5e}", "\u{e000}", "😀", "z", "A", ""] {
@@ -345,7 +354,7 @@ pub async fn range_queries(store: &dyn Store) {
     let keys = read_all(store, &t, "u", &RowRange::default(), 1000).await;
     assert_eq!(keys, ["", "A", "z", "😀", "\u{e000}", "\u{ff5e}"]);
     let tail = RowRange { after: Some("z".into()), ..RowRange::default() };
-    assert_eq!(store.count_range(&t, "u", &tail).await.unwrap(), (3, Some("😀".into())));
+    assert_eq!(store.count_range(&t, "u", &tail, u64::MAX).await.unwrap(), (3, Some("😀".into())));
     store.delete_table(&t).await.unwrap();
 }
 

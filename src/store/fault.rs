@@ -377,8 +377,14 @@ impl TableStore for FaultStore {
     async fn scan(&self, table: &str, limit: usize, continuation: Option<&str>) -> StoreResult<Page> {
         self.run(OpKind::Scan, table, self.inner.scan(table, limit, continuation)).await
     }
-    async fn count_range(&self, table: &str, pk: &str, range: &RowRange) -> StoreResult<(u64, Option<String>)> {
-        self.run(OpKind::Query, table, self.inner.count_range(table, pk, range)).await
+    async fn count_range(
+        &self,
+        table: &str,
+        pk: &str,
+        range: &RowRange,
+        cap: u64,
+    ) -> StoreResult<(u64, Option<String>)> {
+        self.run(OpKind::Query, table, self.inner.count_range(table, pk, range, cap)).await
     }
     async fn batch(&self, table: &str, pk: &str, ops: &[BatchOp]) -> StoreResult<Vec<Option<ETag>>> {
         let entries = ops.iter().any(|op| matches!(op, BatchOp::Insert(e) if is_pending_entry(e)));

@@ -210,8 +210,16 @@ impl<L: Layer> TableStore for LayeredStore<L> {
     async fn scan(&self, table: &str, limit: usize, continuation: Option<&str>) -> StoreResult<Page> {
         self.layer.run(Call::on(OpKind::Scan, table), || self.inner.scan(table, limit, continuation)).await
     }
-    async fn count_range(&self, table: &str, pk: &str, range: &RowRange) -> StoreResult<(u64, Option<String>)> {
-        self.layer.run(Call::partition(OpKind::Query, table, pk), || self.inner.count_range(table, pk, range)).await
+    async fn count_range(
+        &self,
+        table: &str,
+        pk: &str,
+        range: &RowRange,
+        cap: u64,
+    ) -> StoreResult<(u64, Option<String>)> {
+        self.layer
+            .run(Call::partition(OpKind::Query, table, pk), || self.inner.count_range(table, pk, range, cap))
+            .await
     }
     async fn batch(&self, table: &str, pk: &str, ops: &[BatchOp]) -> StoreResult<Vec<Option<ETag>>> {
         let call = Call { batch: ops, ..Call::partition(OpKind::Batch, table, pk) };

@@ -266,18 +266,23 @@ pub trait TableStore: Send + Sync {
     /// Scans the whole table in (PartitionKey, RowKey) order, one page at a time.
     async fn scan(&self, table: &str, limit: usize, continuation: Option<&str>) -> StoreResult<Page>;
 
-    /// Counts the entities of a partition range: `(count, first RowKey in order)`. Backends
-    /// read keys only where they can (Azure: `$select=PartitionKey,RowKey`, so a backlog of
-    /// 64 KiB WAL entries is not downloaded to be counted; embedded: SQL `COUNT`). The
-    /// default pages through [`TableStore::query_partition`]. Cost on Azure: one request per
-    /// 1,000 entities.
+    /// Counts the entities of a partition range, up to `cap`: `(count, first RowKey in
+    /// order)`. The count is exact when below `cap`; once it reaches `cap` the backend stops
+    /// (a paged backend at the end of the page that reached it, so the count may exceed `cap`
+    /// by less than a page): a count at or above `cap` is a lower bound. `u64::MAX` counts
+    /// everything. Backends read keys only where they can (Azure: `$select=PartitionKey,RowKey`,
+    /// so a backlog of 64 KiB WAL entries is not downloaded to be counted; embedded: SQL
+    /// `COUNT` over at most `cap` rows). The default pages through
+    /// [`TableStore::query_partition`]. Cost on Azure: one request per 1,000 entities counted,
+    /// so at most `cap / 1,000 + 1`.
     async fn count_range(
         &self,
         table: &str,
         partition_key: &str,
         range: &RowRange,
+        cap: u64,
     ) -> StoreResult<(u64, Option<String>)> {
-        count_pages(|token| async move {
+        count_pages(cap, |token| async move {
             self.query_partition(table, partition_key, range, MAX_PAGE, token.as_deref()).await
         })
         .await
@@ -358,19 +363,21 @@ pub trait Store: TableStore + QueueStore {}
 impl<T: TableStore + QueueStore> Store for T {}
 
 /// Counts entities over the pages `fetch` returns (it gets the continuation token, `None`
-/// first): `(count, first RowKey)`.
-pub(crate) async fn count_pages<F, Fut>(fetch: F) -> StoreResult<(u64, Option<String>)>
+/// first), asking for no page once the count reached `cap`: `(count, first RowKey)`.
+pub(crate) async fn count_pages<F, Fut>(cap: u64, fetch: F) -> StoreResult<(u64, Option<String>)>
 where
     F: Fn(Option<String>) -> Fut + Send,
     Fut: std::future::Future<Output = StoreResult<Page>> + Send,
 {
     use futures::TryStreamExt;
-    pager::follow(fetch)
-        .try_fold((0u64, None), |(count, first), page| async move {
-            let first = first.or_else(|| page.entities.first().map(|e| e.row_key.clone()));
-            Ok((count + page.entities.len() as u64, first))
-        })
-        .await
+    let mut pages = pager::follow(fetch);
+    let (mut count, mut first) = (0u64, None);
+    while count < cap {
+        let Some(page) = pages.try_next().await? else { break };
+        first = first.or_else(|| page.entities.first().map(|e| e.row_key.clone()));
+        count += page.entities.len() as u64;
+    }
+    Ok((count, first))
 }
 
 /// Checks the rules every backend enforces before I/O on a batch: size, single partition,

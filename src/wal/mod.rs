@@ -47,6 +47,11 @@ pub const METADATA: &str = "metadata";
 pub const TOMBSTONES: &str = "tombstones";
 /// PartitionKey of entries that cannot be applied.
 pub const DEAD: &str = "dead";
+/// Pending and dead entries are counted up to this many per shard ([`Wal::pending_stats`],
+/// [`Wal::dead_count`]): at most 11 keys-only requests per shard on Azure, so a status or
+/// metrics scrape stays cheap under a backlog of any size. Counts at or above it are lower
+/// bounds (`pending_capped` in the status).
+pub const COUNT_CAP: u64 = 10_000;
 /// Property of a dead entry: why it can never be applied (at most 4,000 characters).
 pub const DEAD_REASON: &str = "reason";
 /// Property of a dead entry: the pending partition (shard) it was moved from. Absent on
@@ -104,8 +109,10 @@ impl Default for WalOptions {
 pub struct ShardBacklog {
     /// The shard.
     pub shard: ShardId,
-    /// Entries logged and not yet applied.
+    /// Entries logged and not yet applied, counted up to [`COUNT_CAP`].
     pub pending: u64,
+    /// The count reached [`COUNT_CAP`]: `pending` is a lower bound.
+    pub capped: bool,
     /// The smallest pending id, if any.
     pub oldest: Option<WalId>,
 }
@@ -260,10 +267,14 @@ impl Wal {
         Ok(self.pending_page(shard, 1).await?.first().map(|e| WalId::from_stored(e.row_key.clone())))
     }
 
-    /// Number of pending entries of `shard` and its oldest pending id. Reads keys only (see
-    /// [`crate::store::TableStore::count_range`]): one request per 1,000 entries on Azure.
+    /// Number of pending entries of `shard`, counted up to [`COUNT_CAP`] (a count at or
+    /// above it is a lower bound), and its oldest pending id. Reads keys only (see
+    /// [`crate::store::TableStore::count_range`]): one request per 1,000 entries on Azure, so
+    /// at most 11 per shard however large the backlog (status, metrics and the sweeper's
+    /// report read it, and a backlog is when storage is busiest).
     pub async fn pending_stats(&self, shard: ShardId) -> Result<(u64, Option<WalId>)> {
-        let (count, first) = self.store.count_range(&self.table, &shard.partition(), &pending_range()).await?;
+        let (count, first) =
+            self.store.count_range(&self.table, &shard.partition(), &pending_range(), COUNT_CAP).await?;
         Ok((count, first.map(WalId::from_stored)))
     }
 
@@ -277,7 +288,7 @@ impl Wal {
     pub async fn backlog_over(&self, count: u16) -> Result<Vec<ShardBacklog>> {
         futures::future::try_join_all(ShardId::all(count).map(|shard| async move {
             let (pending, oldest) = self.pending_stats(shard).await?;
-            Ok(ShardBacklog { shard, pending, oldest })
+            Ok(ShardBacklog { shard, pending, capped: pending >= COUNT_CAP, oldest })
         }))
         .await
     }
@@ -326,10 +337,10 @@ impl Wal {
         Ok(DeadPage { entries: page.entities.iter().map(DeadEntry::of).collect(), continuation: page.continuation })
     }
 
-    /// Entries moved aside because they can never be applied (keys only: see
-    /// [`crate::store::TableStore::count_range`]).
+    /// Entries moved aside because they can never be applied, counted up to [`COUNT_CAP`]
+    /// (keys only: see [`crate::store::TableStore::count_range`]).
     pub async fn dead_count(&self) -> Result<u64> {
-        Ok(self.store.count_range(&self.table, DEAD, &RowRange::default()).await?.0)
+        Ok(self.store.count_range(&self.table, DEAD, &RowRange::default(), COUNT_CAP).await?.0)
     }
 }
 

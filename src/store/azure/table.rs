@@ -335,10 +335,11 @@ impl TableStore for AzureStore {
         table: &str,
         partition_key: &str,
         range: &RowRange,
+        cap: u64,
     ) -> StoreResult<(u64, Option<String>)> {
         let filter = partition_filter(partition_key, range);
         let keys_only = Some("PartitionKey,RowKey");
-        count_pages(|token| {
+        count_pages(cap, |token| {
             let filter = Some(filter.clone());
             async move { self.query_page(table, filter, keys_only, MAX_PAGE, token.as_deref(), "count").await }
         })

@@ -232,9 +232,10 @@ impl TableStore for LocalStore {
         table: &str,
         partition_key: &str,
         range: &RowRange,
+        cap: u64,
     ) -> StoreResult<(u64, Option<String>)> {
         let (t, pk, range) = (table.to_lowercase(), partition_key.to_string(), range.clone());
-        self.read(move |c| sql::count_range(c, &t, &pk, &range)).await
+        self.read(move |c| sql::count_range(c, &t, &pk, &range, cap)).await
     }
 
     async fn query_partitions(

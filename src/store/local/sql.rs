@@ -241,15 +241,17 @@ pub(super) fn query_partition(
     Ok(page_from(entities(conn, &sql, &args)?, limit))
 }
 
-/// `(count, first RowKey)` of a partition range, by SQL `COUNT`.
+/// `(count, first RowKey)` of a partition range, by SQL `COUNT` over at most `cap` rows.
 pub(super) fn count_range(
     conn: &Connection,
     table: &str,
     pk: &str,
     range: &RowRange,
+    cap: u64,
 ) -> StoreResult<(u64, Option<String>)> {
     require_table(conn, table)?;
-    let (count_sql, args) = range_query("COUNT(*)", table, pk, range);
+    let (rows_sql, args) = range_query("1", table, pk, range);
+    let count_sql = format!("SELECT COUNT(*) FROM ({rows_sql} LIMIT {})", i64::try_from(cap).unwrap_or(-1));
     let count: i64 = one(conn, &count_sql, rusqlite::params_from_iter(args.iter()), |r| r.get(0))?.unwrap_or(0);
     let (mut first_sql, args) = range_query("rk", table, pk, range);
     first_sql.push_str(" ORDER BY rk LIMIT 1");

@@ -326,11 +326,13 @@ impl TableStore for MemStore {
         table: &str,
         partition_key: &str,
         range: &RowRange,
+        cap: u64,
     ) -> StoreResult<(u64, Option<String>)> {
         self.with(|s| {
             let mut entries = s.table(table)?.partition_entries(partition_key, range, None);
             let first = entries.next().map(|(_, rk, _)| rk.0.clone());
-            Ok((first.as_ref().map_or(0, |_| 1 + entries.count() as u64), first))
+            let rest = usize::try_from(cap.saturating_sub(1)).unwrap_or(usize::MAX);
+            Ok((first.as_ref().map_or(0, |_| 1 + entries.take(rest).count() as u64), first))
         })
     }
 

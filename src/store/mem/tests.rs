@@ -132,7 +132,7 @@ async fn short_pages_follow_a_fixed_pattern_and_lose_nothing() {
         pager::range_pages(&store, "pages", &range, 1).map_ok(|page| page.entities).try_concat().await.unwrap();
     assert_eq!(q.len(), 5, "the pager follows empty pages");
     assert_eq!(
-        store.count_range("pages", "p", &all).await.unwrap(),
+        store.count_range("pages", "p", &all, u64::MAX).await.unwrap(),
         (10, Some("00".into())),
         "count_range is not paged"
     );
