@@ -1180,6 +1180,70 @@ impl Layer for HoldPartition {
     }
 }
 
+/// P = replace writing R (shard 0; its filter `field`=ZZZ matches nothing), F = delete
+/// `field`=`value`, N = upsert of R (shard 3), ids P < F < N, in a catalog with the added
+/// index `country` (R has `country` = `country` when given). N's apply is held after its
+/// owner row, before its row of `field`=`value`; shard 0 is applied meanwhile (P finds N's
+/// owner row and is superseded; F resolves), then N. R must be N's version, and its history,
+/// newest first: N, F's removal, P.
+async fn delete_between_a_superseded_replace_and_its_successor(
+    backend: common::Backend,
+    prefix: &str,
+    field: &str,
+    value: &str,
+    country: Option<&str>,
+) {
+    let label = format!("{backend:?}");
+    let inner = common::store(backend);
+    let names = Names::new(&common::unique_name(prefix), None, None).unwrap();
+    let mut opts = options();
+    opts.history = HistoryOptions::on();
+    let c = open(inner.clone(), &names, opts.clone()).await;
+    add_index_until_active(&c, "country", &label).await;
+    let held_pk = table_catalog::keys::partition_key(field, value).unwrap();
+    let layer = Arc::new(HoldPartition { table: names.table.to_lowercase(), partition: held_pk, door: Door::new() });
+    let held = open(Arc::new(LayeredStore::with_layer(inner.clone(), layer.clone())), &names, opts).await;
+    let base = in_shard(3, "KCCC", "CCC", "Charlie field");
+    let rc = |elevation: i64| {
+        let mut r = base.clone();
+        if let Some(country) = country {
+            r.insert("country".into(), json!(country));
+        }
+        r.insert("elevation".into(), json!(elevation));
+        r
+    };
+    let p = c.replace(f(field, "ZZZ"), rc(1), false).await.unwrap();
+    let del = c.delete(f(field, value), false).await.unwrap();
+    let n = c.upsert(rc(2), false).await.unwrap();
+    assert!(id(&p) < id(&del) && id(&del) < id(&n), "{label}: P < F < N");
+    // N: owner row written, its row of `field`=`value` held.
+    let pass_n = tokio::spawn({
+        let held = held.clone();
+        async move { held.applier().apply_shard(ShardId::new(3).unwrap()).await }
+    });
+    within(&format!("{label}: N reaches its row of {field}={value}"), layer.door.reached(1)).await;
+    // P is superseded, F resolves.
+    within(&format!("{label}: shard 0"), c.applier().apply_shard(ShardId::ZERO)).await.unwrap();
+    assert_eq!(c.status().await.unwrap().pending, 1, "{label}: only N is pending");
+    layer.door.open();
+    within(&format!("{label}: N's pass"), pass_n).await.unwrap().unwrap();
+    drain(&[&c], &label).await;
+
+    assert_eq!(c.query_all(&f(field, value)).await.unwrap(), vec![rc(2)], "{label}: R is N's version");
+    verify_clean(&c, &label).await;
+    let history = c.history("icao", "KCCC", 100, None).await.unwrap().history;
+    let rows: Vec<(ChangeOp, &str)> = history.iter().map(|e| (e.op, e.wal_id.as_str())).collect();
+    assert_eq!(
+        rows,
+        vec![
+            (ChangeOp::Upsert, n.id.as_str()),
+            (ChangeOp::Delete, del.id.as_str()),
+            (ChangeOp::Replace, p.id.as_str())
+        ],
+        "{label}: R's history, newest first: N, F's removal, P"
+    );
+}
+
 /// Found by the simulator (seed 2717): as the test above, but N keeps P's value of the added
 /// index (country US) and its apply is held after its owner row, before its row of US. P
 /// (shard 0) finds N's owner row and is superseded; F = delete country=US (between P and N)
@@ -1188,114 +1252,20 @@ impl Layer for HoldPartition {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_delete_between_a_superseded_replace_and_its_successor_still_being_written_records_its_removal() {
     for backend in common::backends() {
-        let label = format!("{backend:?}");
-        let inner = common::store(backend);
-        let names = Names::new(&common::unique_name("shadow2"), None, None).unwrap();
-        let mut opts = options();
-        opts.history = HistoryOptions::on();
-        let c = open(inner.clone(), &names, opts.clone()).await;
-        add_index_until_active(&c, "country", &label).await;
-        let us = table_catalog::keys::partition_key("country", "US").unwrap();
-        let layer = Arc::new(HoldPartition { table: names.table.to_lowercase(), partition: us, door: Door::new() });
-        let held = open(Arc::new(LayeredStore::with_layer(inner.clone(), layer.clone())), &names, opts).await;
-        let base = in_shard(3, "KCCC", "CCC", "Charlie field");
-        let rc = |elevation: i64| {
-            let mut r = base.clone();
-            r.insert("country".into(), json!("US"));
-            r.insert("elevation".into(), json!(elevation));
-            r
-        };
-        let p = c.replace(f("country", "ZZ"), rc(1), false).await.unwrap();
-        let del = c.delete(f("country", "US"), false).await.unwrap();
-        let n = c.upsert(rc(2), false).await.unwrap();
-        assert!(id(&p) < id(&del) && id(&del) < id(&n), "{label}: P < F < N");
-        // N: owner row written, its row of US held.
-        let pass_n = tokio::spawn({
-            let held = held.clone();
-            async move { held.applier().apply_shard(ShardId::new(3).unwrap()).await }
-        });
-        within(&format!("{label}: N reaches its row of US"), layer.door.reached(1)).await;
-        // P is superseded, F resolves.
-        within(&format!("{label}: shard 0"), c.applier().apply_shard(ShardId::ZERO)).await.unwrap();
-        assert_eq!(c.status().await.unwrap().pending, 1, "{label}: only N is pending");
-        layer.door.open();
-        within(&format!("{label}: N's pass"), pass_n).await.unwrap().unwrap();
-        drain(&[&c], &label).await;
-
-        assert_eq!(c.query_all(&f("country", "US")).await.unwrap(), vec![rc(2)], "{label}: R is N's version");
-        verify_clean(&c, &label).await;
-        let history = c.history("icao", "KCCC", 100, None).await.unwrap().history;
-        let rows: Vec<(ChangeOp, &str)> = history.iter().map(|e| (e.op, e.wal_id.as_str())).collect();
-        assert_eq!(
-            rows,
-            vec![
-                (ChangeOp::Upsert, n.id.as_str()),
-                (ChangeOp::Delete, del.id.as_str()),
-                (ChangeOp::Replace, p.id.as_str())
-            ],
-            "{label}: R's history, newest first: N, F's removal, P"
-        );
+        delete_between_a_superseded_replace_and_its_successor(backend, "shadow2", "country", "US", Some("US")).await;
     }
 }
 
 /// Found by the simulator with random short pages (seed 2882): the case of the test above on
-/// an identity field (the catalog has an added index, which R has no value for). P = replace writing R (shard 0), F = delete
-/// iata=CCC, N = upsert of R (shard 3), ids P < F < N. N has written its owner row but not
-/// yet its row of iata CCC; P finds N's owner row and is superseded; F then found no row of
-/// R under iata CCC at all and recorded no removal, though in id order it removed P's
+/// an identity field (the catalog has an added index, which R has no value for, so the
+/// applier takes the owner-row-first path that finds P superseded). F = delete iata=CCC found
+/// no row of R under iata CCC and recorded no removal, though in id order it removed P's
 /// version. A superseded version now leaves its tombstone (just below N's id) in every
 /// partition but the owner's, identity fields included.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_delete_by_an_identity_field_between_a_superseded_replace_and_its_successor_records_its_removal() {
     for backend in common::backends() {
-        let label = format!("{backend:?}");
-        let inner = common::store(backend);
-        let names = Names::new(&common::unique_name("shadow3"), None, None).unwrap();
-        let mut opts = options();
-        opts.history = HistoryOptions::on();
-        let c = open(inner.clone(), &names, opts.clone()).await;
-        // An added index (R has no value for it) puts the applier on the owner-row-first
-        // path that finds P superseded.
-        add_index_until_active(&c, "country", &label).await;
-        let ccc = table_catalog::keys::partition_key("iata", "CCC").unwrap();
-        let layer = Arc::new(HoldPartition { table: names.table.to_lowercase(), partition: ccc, door: Door::new() });
-        let held = open(Arc::new(LayeredStore::with_layer(inner.clone(), layer.clone())), &names, opts).await;
-        let base = in_shard(3, "KCCC", "CCC", "Charlie field");
-        let rc = |elevation: i64| {
-            let mut r = base.clone();
-            r.insert("elevation".into(), json!(elevation));
-            r
-        };
-        let p = c.replace(f("iata", "ZZZ"), rc(1), false).await.unwrap();
-        let del = c.delete(f("iata", "CCC"), false).await.unwrap();
-        let n = c.upsert(rc(2), false).await.unwrap();
-        assert!(id(&p) < id(&del) && id(&del) < id(&n), "{label}: P < F < N");
-        // N: owner row written, its row of iata CCC held.
-        let pass_n = tokio::spawn({
-            let held = held.clone();
-            async move { held.applier().apply_shard(ShardId::new(3).unwrap()).await }
-        });
-        within(&format!("{label}: N reaches its row of iata CCC"), layer.door.reached(1)).await;
-        // P is superseded, F resolves.
-        within(&format!("{label}: shard 0"), c.applier().apply_shard(ShardId::ZERO)).await.unwrap();
-        assert_eq!(c.status().await.unwrap().pending, 1, "{label}: only N is pending");
-        layer.door.open();
-        within(&format!("{label}: N's pass"), pass_n).await.unwrap().unwrap();
-        drain(&[&c], &label).await;
-
-        assert_eq!(c.query_all(&f("iata", "CCC")).await.unwrap(), vec![rc(2)], "{label}: R is N's version");
-        verify_clean(&c, &label).await;
-        let history = c.history("icao", "KCCC", 100, None).await.unwrap().history;
-        let rows: Vec<(ChangeOp, &str)> = history.iter().map(|e| (e.op, e.wal_id.as_str())).collect();
-        assert_eq!(
-            rows,
-            vec![
-                (ChangeOp::Upsert, n.id.as_str()),
-                (ChangeOp::Delete, del.id.as_str()),
-                (ChangeOp::Replace, p.id.as_str())
-            ],
-            "{label}: R's history, newest first: N, F's removal, P"
-        );
+        delete_between_a_superseded_replace_and_its_successor(backend, "shadow3", "iata", "CCC", None).await;
     }
 }
 
