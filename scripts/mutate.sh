@@ -19,6 +19,7 @@
 # `patch`), then a unified diff against the repository root. Header fields:
 #   # breaks: the step of the argument the patch breaks (free text, may span lines)
 #   # test: TARGET [FILTER]   a test that must fail: `cargo test --test TARGET -- FILTER`
+#                             (TARGET `lib`: the library's unit tests, `cargo test --lib`)
 #                             (FILTER: a test name or substring; none = the whole target).
 #                             One line per test; they run in order.
 # scripts/mutants/README.md lists every mutant with the test that caught it and the time.
@@ -60,6 +61,11 @@ scratch="${TC_MUTANT_SCRATCH:-$(dirname "$target")/mutant-src}"
 timeout_s="${TC_MUTANT_TIMEOUT:-900}"
 features="${TC_MUTANT_FEATURES:-fault-injection}"
 cargo="${CARGO:-cargo}"
+
+# Cargo's selector of a recorded test target: `lib` is the library's unit tests.
+target_arg() {
+    if [ "$1" = lib ]; then echo --lib; else echo --test "$1"; fi
+}
 
 die() {
     echo "mutate.sh: $*" >&2
@@ -169,7 +175,7 @@ try_mutant() {
         fi
     elif [ -z "$cmd" ]; then
         local -a targets=()
-        for t in "${run[@]}"; do targets+=(--test "${t%%:*}"); done
+        for t in "${run[@]}"; do targets+=($(target_arg "${t%%:*}")); done
         if ! run_in_scratch "build" "$cargo test --features $features --no-run ${targets[*]}" "$logdir/build.log"; then
             echo "mutant $name: ERROR: does not build ($logdir/build.log)"
             return 2
@@ -186,7 +192,7 @@ try_mutant() {
             [ "$t" != "$tgt" ] && filter="${t#*:}"
             rc=0
             run_in_scratch "$tgt${filter:+ $filter}" \
-                "$cargo test --features $features --test $tgt -- $filter" "$logdir/$tgt${filter:+-$filter}.log" || rc=$?
+                "$cargo test --features $features $(target_arg "$tgt") -- $filter" "$logdir/$tgt${filter:+-$filter}.log" || rc=$?
             t="$tgt${filter:+ $filter}"
         fi
         if [ "$t" != "--cmd '$cmd'" ] && [ "$rc" -eq 0 ] && ! grep -q '^running [1-9]' "$logdir/$tgt${filter:+-$filter}.log"; then
@@ -217,7 +223,7 @@ baseline() {
     copy_tree
     while IFS= read -r t; do
         run+=("$t")
-        targets+=(--test "${t%%:*}")
+        targets+=($(target_arg "${t%%:*}"))
     done < <(for p in "$mutants_dir"/*.patch; do recorded_tests "$p"; done | sort -u)
     run_in_scratch "build" "$cargo test --features $features --no-run ${targets[*]}" "$logdir/build.log" ||
         die "the unmutated copy does not build ($logdir/build.log)"
@@ -226,7 +232,7 @@ baseline() {
         filter=""
         [ "$t" != "$tgt" ] && filter="${t#*:}"
         rc=0
-        run_in_scratch "$tgt${filter:+ $filter}" "$cargo test --features $features --test $tgt -- $filter" \
+        run_in_scratch "$tgt${filter:+ $filter}" "$cargo test --features $features $(target_arg "$tgt") -- $filter" \
             "$logdir/$tgt${filter:+-$filter}.log" || rc=$?
         if [ "$rc" -ne 0 ]; then
             echo "baseline: FAILS without a mutant: $tgt${filter:+ $filter}"

@@ -9,11 +9,16 @@
 //! The protocol, per work item (at-least-once delivery, any number of workers):
 //! 1. Drop it if the job is final (done, failed, cancelled) or the item is no longer
 //!    outstanding (its `jobtodo` row is gone: a redelivery of a finished item).
-//! 2. Run it ([`JobRunner::run`], idempotent).
-//! 3. Record each discovered item as outstanding, then enqueue it (a crash between the two
-//!    redelivers this item, which enqueues them again).
-//! 4. Store the findings (keyed by their text) and the item's counters (keyed by the item),
-//!    then remove the item from the outstanding ones.
+//! 2. Unless an earlier delivery recorded the item's plan: run it ([`JobRunner::run`],
+//!    idempotent), store its findings (keyed by their text), and record its plan (the items
+//!    it discovered and its counters) in its `jobtodo` row under the row's ETag; when
+//!    another delivery recorded one first, that plan is the one in force.
+//! 3. Record each item of the plan as outstanding, then enqueue it. A crash anywhere after
+//!    the plan was recorded redelivers this item, which enqueues the same items again: a
+//!    rerun never discovers other items, even where the table changed since (a repair
+//!    writes to the table it scans), so no outstanding item is left without a message.
+//! 4. Store the plan's counters (keyed by the item), then remove the item from the
+//!    outstanding ones.
 //! 5. If nothing is outstanding any more, total the counters and mark the job `done`. The
 //!    last item to finish always sees an empty `jobtodo` partition (every item records its
 //!    children before it removes itself), so a job cannot stall with all items finished.
@@ -237,27 +242,40 @@ impl Jobs {
             return Ok(format!("job {id} is {}; work item dropped", job.state.name()));
         }
         let text = item.step.to_string();
-        if !self.rows.is_todo(id, &text).await? {
+        let Some(todo) = self.rows.todo(id, &text).await? else {
             self.finish_if_complete(id).await?;
             return Ok(format!("job {id}: work item already done"));
-        }
-        let result = match self.runner(job.kind)?.run(&job, &item.step).await {
-            Ok(r) => r,
-            Err(e) if e.is_input_fault() => {
-                self.fail(id, &format!("a work item can never succeed: {e}")).await?;
-                return Ok(format!("job {id} failed: {e}"));
-            }
-            Err(e) => return Err(e),
         };
-        for step in &result.next {
+        let plan = match todo.plan {
+            Some(plan) => plan,
+            None => {
+                let result = match self.runner(job.kind)?.run(&job, &item.step).await {
+                    Ok(r) => r,
+                    Err(e) if e.is_input_fault() => {
+                        self.fail(id, &format!("a work item can never succeed: {e}")).await?;
+                        return Ok(format!("job {id} failed: {e}"));
+                    }
+                    Err(e) => return Err(e),
+                };
+                if !result.findings.is_empty() {
+                    self.rows.put_findings(id, &result.findings).await?;
+                }
+                let plan = rows::Plan { next: result.next, counters: result.counters };
+                match self.rows.record_plan(id, &text, todo.etag, plan).await? {
+                    Some(plan) => plan,
+                    None => {
+                        self.finish_if_complete(id).await?;
+                        return Ok(format!("job {id}: work item already done"));
+                    }
+                }
+            }
+        };
+        for step in &plan.next {
             self.enqueue(id, step).await?;
         }
-        if !result.findings.is_empty() {
-            self.rows.put_findings(id, &result.findings).await?;
-        }
-        self.rows.finish_todo(id, &text, &result.counters).await?;
+        self.rows.finish_todo(id, &text, &plan.counters).await?;
         self.finish_if_complete(id).await?;
-        Ok(format!("job {id}: work item done ({} new)", result.next.len()))
+        Ok(format!("job {id}: work item done ({} new)", plan.next.len()))
     }
 
     /// Marks the job done with its totals when nothing is outstanding.

@@ -3,7 +3,7 @@
 //! | PartitionKey | RowKey | properties |
 //! |---|---|---|
 //! | `jobs` | job id (newest first) | `job`: the [`Job`] as JSON |
-//! | `jobtodo-{id}` | work item key | `step`: the outstanding work item (JSON) |
+//! | `jobtodo-{id}` | work item key | `step`: the outstanding work item (JSON); `plan`: its [`Plan`] once it ran |
 //! | `jobdone-{id}` | work item key | `counters`: what that item counted (JSON) |
 //! | `jobfind-{id}` | finding key | `finding`: one finding (JSON), e.g. a disagreeing record |
 //!
@@ -34,6 +34,27 @@ const MAX_ERROR_CHARS: usize = 2_000;
 /// The key of a work item or a finding: 32 hex digits of MD5 over its text.
 pub fn key_of(text: &str) -> String {
     Md5::digest(text.as_bytes()).iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// What a work item's run decided, recorded in its `jobtodo` row before any of it takes
+/// effect: every later delivery of the item enqueues these children and counts these
+/// counters, so a rerun that would see another table (a repair writes to the table it scans)
+/// cannot leave a child outstanding that no message carries.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Plan {
+    /// The work items it discovered (at most 3 for the scan-based kinds, 4.6 KiB each).
+    pub next: Vec<Json>,
+    /// What it counted.
+    pub counters: BTreeMap<String, u64>,
+}
+
+/// An outstanding work item's row: its ETag and its plan once one was recorded.
+#[derive(Debug, Clone)]
+pub struct Todo {
+    /// The row's ETag (for [`JobRows::record_plan`]).
+    pub etag: ETag,
+    /// The recorded plan, if the item ran before.
+    pub plan: Option<Plan>,
 }
 
 /// Job rows of one WAL table.
@@ -124,9 +145,35 @@ impl JobRows {
         }
     }
 
-    /// True while the work item is outstanding.
-    pub async fn is_todo(&self, id: &JobId, step: &str) -> Result<bool> {
-        Ok(self.store.get(&self.table, &todo(id), &key_of(step)).await?.is_some())
+    /// The work item's outstanding row; `None` once it is finished.
+    pub async fn todo(&self, id: &JobId, step: &str) -> Result<Option<Todo>> {
+        let Some(e) = self.store.get(&self.table, &todo(id), &key_of(step)).await? else { return Ok(None) };
+        let etag = e.etag.clone().ok_or_else(|| Error::Store(StoreError::Other("job row read without an ETag".into())))?;
+        let plan = match e.str("plan") {
+            None => None,
+            Some(text) => Some(serde_json::from_str(text).map_err(|err| {
+                Error::Store(StoreError::Other(format!("job {id}: unreadable plan of a work item: {err}")))
+            })?),
+        };
+        Ok(Some(Todo { etag, plan }))
+    }
+
+    /// Records `plan` in the item's outstanding row if the row still carries `etag`, and
+    /// returns the plan in force: `plan`, or the one another delivery recorded first. `None`
+    /// when the item is finished (nothing to do).
+    pub async fn record_plan(&self, id: &JobId, step: &str, etag: ETag, plan: Plan) -> Result<Option<Plan>> {
+        let text = serde_json::to_string(&plan).map_err(|e| Error::invalid(format!("plan: {e}")))?;
+        let e = Entity::new(todo(id), key_of(step))
+            .with("step", Value::String(step.to_string()))
+            .with("plan", Value::String(text));
+        match self.store.replace(&self.table, &e, &IfMatch::Etag(etag)).await {
+            Ok(_) => Ok(Some(plan)),
+            Err(StoreError::PreconditionFailed(_) | StoreError::NotFound(_)) => {
+                // Another delivery recorded its plan (or finished the item) first.
+                Ok(self.todo(id, step).await?.and_then(|t| t.plan))
+            }
+            Err(e) => Err(e.into()),
+        }
     }
 
     /// Records what a work item counted, then removes it from the outstanding ones (in that

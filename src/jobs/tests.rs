@@ -14,11 +14,14 @@ use crate::store::local::LocalStore;
 use crate::store::QueueStore;
 
 /// Splits `[lo, hi)`; fails transiently on every `flaky`-th call, and always on the piece
-/// starting at `poison` if set.
+/// starting at `poison` if set. With `drift`, each call splits one further to the right (as a
+/// rerun of a repair step sees the rows the first run wrote).
+#[derive(Default)]
 struct Halves {
     calls: AtomicU32,
     flaky: u32,
     poison: Option<u64>,
+    drift: bool,
 }
 
 #[async_trait]
@@ -39,7 +42,7 @@ impl JobRunner for Halves {
         }
         let mut r = StepResult::default();
         if hi - lo > 4 {
-            let mid = (lo + hi) / 2;
+            let mid = if self.drift { ((lo + hi) / 2 + u64::from(call)).min(hi - 1) } else { (lo + hi) / 2 };
             r.next = vec![json!([lo, mid]), json!([mid, hi])];
         } else {
             r.counters.insert("numbers".into(), hi - lo);
@@ -56,7 +59,7 @@ async fn setup(flaky: u32, poison: Option<u64>) -> (Arc<dyn Store>, Arc<Jobs>, D
     for q in ["scan", "scan-poison"] {
         store.create_queue(q).await.unwrap();
     }
-    let runner = Arc::new(Halves { calls: AtomicU32::new(0), flaky, poison });
+    let runner = Arc::new(Halves { flaky, poison, ..Halves::default() });
     let jobs = Arc::new(Jobs::new(store.clone(), "jobswal".into(), "scan".into()).with_runner(JobKind::Verify, runner));
     let policy = QueuePolicy { max_dequeue_count: 3, retry_delay: Duration::ZERO, ..QueuePolicy::host() };
     let d = Dispatcher::new(store.clone(), "scan".into(), "scan-poison".into(), Arc::new(JobHandler(jobs.clone())))
@@ -183,7 +186,7 @@ async fn a_work_item_rerun_after_its_counters_were_stored_counts_once() {
     for q in ["scan", "scan-poison"] {
         store.create_queue(q).await.unwrap();
     }
-    let runner = Arc::new(Halves { calls: AtomicU32::new(0), flaky: 0, poison: None });
+    let runner = Arc::new(Halves::default());
     let jobs = Arc::new(Jobs::new(store.clone(), "jobswal".into(), "scan".into()).with_runner(JobKind::Verify, runner));
     let policy = QueuePolicy { max_dequeue_count: 100, retry_delay: Duration::ZERO, ..QueuePolicy::host() };
     let d = Dispatcher::new(store.clone(), "scan".into(), "scan-poison".into(), Arc::new(JobHandler(jobs.clone())))
@@ -196,4 +199,35 @@ async fn a_work_item_rerun_after_its_counters_were_stored_counts_once() {
     assert_eq!(done.state, JobState::Done, "{done:?}");
     assert_eq!((done.counters["numbers"], done.counters["findings"]), (200, 29));
     assert_eq!(jobs.findings(&job.id).try_collect::<Vec<_>>().await.unwrap().len(), 29);
+}
+
+/// Regression (CI, `job_kill`: a repair job stalled with one item outstanding): a work item
+/// that discovered children and was cut short after recording one as outstanding but before
+/// enqueueing it ran again, saw a changed table, discovered other children, and left the
+/// first one outstanding with no message. A rerun now enqueues the children its first run
+/// recorded.
+#[cfg(feature = "fault-injection")]
+#[tokio::test]
+async fn a_rerun_that_discovers_other_items_leaves_no_item_outstanding_without_a_message() {
+    use crate::store::fault::{unavailable, Fault, FaultStore, OpKind, Rule, Trigger};
+    let local: Arc<dyn Store> = Arc::new(LocalStore::in_memory().unwrap());
+    let faults = Arc::new(FaultStore::new(local, 7));
+    let store: Arc<dyn Store> = faults.clone();
+    store.create_table("jobswal").await.unwrap();
+    for q in ["scan", "scan-poison"] {
+        store.create_queue(q).await.unwrap();
+    }
+    let runner = Arc::new(Halves { drift: true, ..Halves::default() });
+    let jobs = Arc::new(Jobs::new(store.clone(), "jobswal".into(), "scan".into()).with_runner(JobKind::Verify, runner));
+    let policy = QueuePolicy { max_dequeue_count: 100, retry_delay: Duration::ZERO, ..QueuePolicy::host() };
+    let d = Dispatcher::new(store.clone(), "scan".into(), "scan-poison".into(), Arc::new(JobHandler(jobs.clone())))
+        .with_policy(policy);
+    let job = jobs.start(JobKind::Verify, json!({"size": 100})).await.unwrap();
+    // The root's first child is recorded as outstanding; its enqueue fails.
+    faults.add(Rule::new(&[OpKind::PutMessage], Trigger::Nth(1), Fault::Fail(unavailable())).on("scan"));
+    let out = drain(store.as_ref(), &d, 1).await;
+    assert!(matches!(out.first(), Some(Disposition::Retry(_))), "the root was cut short: {out:?}");
+    let done = jobs.get(&job.id).await.unwrap();
+    assert_eq!(done.state, JobState::Done, "no item left outstanding: {done:?}");
+    assert_eq!(done.counters["numbers"], 100, "each number counted once: {done:?}");
 }
