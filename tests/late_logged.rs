@@ -1547,3 +1547,79 @@ async fn a_delete_through_a_dropped_index_retried_after_the_drop_records_its_rem
         verify_clean(&b, &label).await;
     }
 }
+
+/// Makes version 1 of the schema (index `country` added, backfilling) and raises the clock's
+/// schema version, as the first two steps of `index add` do, without logging the schema
+/// entry (as when the change's process is slow to take its next step).
+async fn schema_v1_without_its_entry(c: &Catalog) {
+    use table_catalog::schema::AddedIndex;
+    use table_catalog::wal::{clock::Clock, schema_row};
+    let (store, wal_table) = (c.store().as_ref(), &c.names().wal_table);
+    schema_row::update(store, wal_table, |_, added, version| {
+        *version += 1;
+        added.push(AddedIndex { field: "country".into(), state: IndexState::Backfilling, version: *version, job: None });
+        Ok(true)
+    })
+    .await
+    .unwrap();
+    Clock::raise_schema_version(store, wal_table, 1).await.unwrap();
+}
+
+/// Runs the scan worker of `c` until index `field`, added already, turns active.
+async fn backfill_until_active(c: &Arc<Catalog>, field: &str, label: &str) {
+    let (worker_stop, worker_rx) = tokio::sync::watch::channel(false);
+    let opts = ServeOptions { scan_workers: 2, ..ServeOptions::default() };
+    let scan = tokio::spawn(table_catalog::server::run_scan_worker(c.clone(), opts, worker_rx));
+    common::wait_for(&format!("{label}: {field} to turn active"), || async {
+        c.recover().await.unwrap();
+        (state_of(c, field).await == Some(IndexState::Active)).then_some(())
+    })
+    .await;
+    worker_stop.send_replace(true);
+    scan.await.unwrap();
+}
+
+/// Simulator seed 277. An upsert U of record R (country CA, shard 3) and then a delete D of
+/// R by `lid` (shard 0) are logged before `country` is added. Instance A adopts the new
+/// schema (version 1, `country` backfilling) before the schema entry is logged, and applies
+/// U with it: a live row of R in `country`'s partition, under U's id. Instance B, still on
+/// version 0, applies D, which tombstones R's rows in the partitions it knows. In every
+/// order R is deleted (D follows U), so once the backfill is done no lookup finds R; but D
+/// left the `country` row live, the backfill skips R (its owner row is D's tombstone), and
+/// `country=CA` found R until a later replace by country recorded the removal of a record
+/// absent for 22 s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delete_applied_before_an_index_add_reaches_a_row_written_early_under_the_new_schema() {
+    for backend in common::backends() {
+        let label = format!("{backend:?}");
+        let store = common::store(backend);
+        let names = Names::new(&common::unique_name("earlyrow"), None, None).unwrap();
+        let a = open(store.clone(), &names, options()).await;
+        let b = open(store.clone(), &names, options()).await;
+        let mut rec = in_shard(3, "KEEE", "EEE", "Echo Field");
+        rec.insert("country".into(), json!("CA"));
+        let up = a.upsert(rec.clone(), false).await.unwrap();
+        let shard = up.shard.unwrap();
+        let del = b.delete(f("lid", "EEE"), false).await.unwrap();
+        assert!(id(&up) < id(&del), "{label}: D after U");
+
+        schema_v1_without_its_entry(&a).await;
+        a.applier().reload_schema().await.unwrap();
+        assert!(within(&format!("{label}: A applies U"), a.wait_applied(shard, &id(&up))).await.unwrap());
+        assert_eq!(b.schema().version(), 0, "{label}: B has not seen version 1");
+        let d_shard = del.shard.unwrap();
+        assert!(within(&format!("{label}: B applies D"), b.wait_applied(d_shard, &id(&del))).await.unwrap());
+
+        // The change's last steps (the schema entry, its job), run again, complete it.
+        indexes::add(&b, "country").await.unwrap();
+        backfill_until_active(&b, "country", &label).await;
+        drain(&[&a, &b], &label).await;
+        assert_eq!(b.query_all(&f("lid", "EEE")).await.unwrap(), Vec::<Record>::new(), "{label}: D deleted R");
+        assert_eq!(
+            b.query_all(&f("country", "CA")).await.unwrap(),
+            Vec::<Record>::new(),
+            "{label}: R, deleted by D, must not be found by its country"
+        );
+        verify_clean(&b, &label).await;
+    }
+}

@@ -64,6 +64,12 @@ impl Applier {
             }
         };
         let op = if new_record.is_some() { ChangeOp::Replace } else { ChangeOp::Delete };
+        // Resolve with the newest schema (one read), whatever the entry was validated under:
+        // an applier of another shard may have adopted an index added since and written an
+        // earlier entry's row of it, before the change's own entry was logged; this filter,
+        // applied after that entry (the barrier), must reach that row too (simulator seed
+        // 277; docs/ARCHITECTURE.md, "Order", step 10).
+        self.reload_schema().await?;
         let current = self.schema();
         let schema = current.with_dropping_maintained().map_or(current, std::sync::Arc::new);
         // Validated against an active index when logged. An index being dropped keeps its rows
