@@ -17,7 +17,7 @@ use crate::error::Result;
 use crate::faults;
 use crate::history::{self, retention, Change, HistoryEntry, HistoryOptions};
 use crate::query::Filter;
-use crate::store::{pager, BatchOp, Entity, IfMatch, RowRange, StoreError};
+use crate::store::{pager, BatchOp, Entity, RowRange, StoreError};
 use crate::wal::append::batches;
 use crate::wal::WalId;
 
@@ -47,22 +47,23 @@ impl Applier {
         // An entry stamped after its own id was applied once under that id (its group was
         // written, then the attempt stopped before the entry left the pending partition, and
         // a seal passed it meanwhile): it takes effect only at the stamp, so the row of the
-        // first attempt goes (found by the simulator, seed 2173: two history rows of one entry).
-        let mut unstamped: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        // first attempt is replaced by a marker (found by the simulator, seed 2173: two
+        // history rows of one entry). A marker, not a deletion: a stale applier still
+        // applying the entry under its own id would write the row again (seed 5522), and
+        // a filter's `existed_before` would take it for the version before the filter.
+        let mut unstamped: BTreeMap<String, Vec<Entity>> = BTreeMap::new();
         for change in changes.iter().filter(|c| c.wal_id.is_stamped()) {
             let raw = WalId::from_stored(crate::wal::id::entry_of(change.wal_id.as_str()).to_string());
-            unstamped.entry(change.identity.clone()).or_default().push(history::row_key(&raw));
+            let marker = history::marker(&change.identity, &history::row_key(&raw), &history::row_key(&change.wal_id));
+            unstamped.entry(change.identity.clone()).or_default().push(marker);
         }
         let unstamped = &unstamped;
         futures::stream::iter(by_identity)
             .map(|(identity, rows)| async move {
                 let rows: Vec<Entity> = rows.into_values().collect();
                 self.insert_history(target, &identity, &rows).await?;
-                for rk in unstamped.get(&identity).into_iter().flatten() {
-                    match self.store.delete(&target.table, &identity, rk, &IfMatch::Any).await {
-                        Ok(()) | Err(StoreError::NotFound(_)) => {}
-                        Err(e) => return Err(e.into()),
-                    }
+                for marker in unstamped.get(&identity).into_iter().flatten() {
+                    self.store.upsert(&target.table, marker).await?;
                 }
                 retention::trim(self.store.as_ref(), &target.table, &identity, &target.opts).await?;
                 Ok::<_, crate::Error>(())
@@ -74,7 +75,8 @@ impl Applier {
     }
 
     /// Whether the history of `identity` says the record existed just before entry `id` with
-    /// a version `filter` matches: its newest row older than `id` holds such a record. One
+    /// a version `filter` matches: its newest row older than `id` holds such a record
+    /// (superseded markers skipped). One
     /// query (`RowKey gt` the entry's history key, first row). Used for a row that a filter
     /// entry matched but a later entry wrote (an upsert of another shard applied first): the
     /// filter removed the record in effective-id order only if the version before it matched
@@ -83,7 +85,8 @@ impl Applier {
     pub(crate) async fn existed_before(&self, identity: &str, id: &WalId, filter: &Filter) -> Result<bool> {
         let Some(target) = &self.history else { return Ok(false) };
         let range = RowRange { after: Some(history::row_key(id)), ..RowRange::default() };
-        let mut older = pager::entities(self.store.as_ref(), &target.table, identity, &range, 1);
+        let older = pager::entities(self.store.as_ref(), &target.table, identity, &range, 1);
+        let mut older = older.try_filter(|e| futures::future::ready(!history::is_marker(e)));
         match older.try_next().await? {
             Some(row) => {
                 let schema = self.schema();
@@ -123,5 +126,54 @@ impl Applier {
             Ok(_) | Err(StoreError::AlreadyExists(_)) => Ok(()),
             Err(e) => Err(e.into()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use serde_json::json;
+
+    use crate::catalog::{Catalog, CatalogOptions};
+    use crate::config::Names;
+    use crate::history::{self, Change, ChangeOp, HistoryOptions};
+    use crate::query::Filter;
+    use crate::schema::Schema;
+    use crate::store::mem::MemStore;
+    use crate::store::Store;
+    use crate::wal::WalId;
+
+    /// Regression (simulator seed 5522): upsert U was applied under its own id by an applier
+    /// whose lease then expired; a seal passed U, the next applier stamped U and applied it
+    /// at the stamp (its history row, and the removal of the row of U's own id); then the
+    /// stale applier wrote U's unstamped history row. Two rows of one entry, and a delete
+    /// between U's id and the stamp took that row for the version before it and recorded the
+    /// removal of a record it could not have removed.
+    #[tokio::test]
+    async fn a_stale_applier_writing_an_entry_under_its_own_id_after_the_stamped_apply_adds_no_history_row() {
+        let store: Arc<dyn Store> = Arc::new(MemStore::new());
+        let names = Names::new("stalehist", None, None).unwrap();
+        let schema = Schema::new(vec!["icao".into(), "iata".into()], "name").unwrap();
+        let opts = CatalogOptions { history: HistoryOptions::on(), ..CatalogOptions::default() };
+        let c = Catalog::open(store.clone(), names.clone(), schema.clone(), opts).await.unwrap();
+        let record = json!({"icao": "KEEE", "iata": "BBB", "name": "Echo"}).as_object().cloned().unwrap();
+        let identity = schema.record_keys(&record).unwrap().row_key;
+        let own = WalId::from_stored("2026-12-31T23:59:55.362000_67603b6c-be66-4ae7-adb3-08ca81892fc2".into());
+        let seal = WalId::from_stored("2027-01-01T00:00:03.390001_86c4fb90-9148-458b-8c37-f8abdbddb3ac".into());
+        let stamped = WalId::stamped(&seal, &own);
+        let change = |wal_id| Change { identity: identity.clone(), op: ChangeOp::Upsert, wal_id, record: Some(&record) };
+
+        c.applier().record_history(vec![change(&stamped)]).await.unwrap(); // the current applier
+        c.applier().record_history(vec![change(&own)]).await.unwrap(); // the stale one, after it
+
+        let rows = crate::verify::scan_all(store.as_ref(), &names.history_table).await.unwrap();
+        let changes: Vec<&str> =
+            rows.iter().filter(|e| !history::is_marker(e)).map(|e| e.str("wal_id").unwrap_or_default()).collect();
+        assert_eq!(changes, vec![stamped.as_str()], "one row, at the stamp");
+        // The delete that raised the seal (below the stamp, above U's own id) finds no
+        // version of the record before it.
+        let by_iata = Filter::new(vec![("iata".into(), "BBB".into())]);
+        assert!(!c.applier().existed_before(&identity, &seal, &by_iata).await.unwrap());
     }
 }

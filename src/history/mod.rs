@@ -17,6 +17,14 @@
 //!   change as compact JSON split like a WAL entry body (`n` chunks `b0..`, each under the
 //!   64 KiB string property limit); `n` = 0 when the change removed the record.
 //!
+//! **Superseded markers.** An entry applied under its own id and then, logged late, stamped
+//! after a seal (docs/ARCHITECTURE.md, "Order", step 2) takes effect only at the stamp. Its
+//! stamped application replaces the row of its own id with a marker (property
+//! [`SUPERSEDED_BY`]: the stamped row's key, no `op`), not a deletion: a stale applier still
+//! writing the unstamped application meets the marker (its insert answers 409, which counts
+//! as written) instead of writing the row back (simulator seed 5522). Readers skip markers
+//! ([`is_marker`]); retention counts and removes them like rows.
+//!
 //! A replace or delete by filter writes a row for every identity its filter matched (record
 //! absent) and, for a replace, one for the new record. The rows are written by the apply path
 //! ([`crate::apply`]), after the change's catalog rows and before its group is checkpointed;
@@ -44,6 +52,19 @@ pub const FORMAT_VERSION: i32 = 1;
 pub const MAX_DAYS: u32 = 36_500;
 /// Largest `TABLE_CATALOG_HISTORY_MAX`.
 pub const MAX_PER_RECORD: u32 = 1_000_000;
+
+/// Property of a superseded marker: the RowKey of the stamped row that replaced it.
+pub const SUPERSEDED_BY: &str = "superseded_by";
+
+/// True for a superseded marker (see the module docs), which is not a change.
+pub fn is_marker(e: &Entity) -> bool {
+    e.properties.contains_key(SUPERSEDED_BY)
+}
+
+/// The marker that replaces row `row_key` of `identity`, superseded by row `stamped`.
+pub(crate) fn marker(identity: &str, row_key: &str, stamped: &str) -> Entity {
+    Entity::new(identity, row_key).with(SUPERSEDED_BY, Value::String(stamped.to_string()))
+}
 
 /// History tunables of a catalog.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

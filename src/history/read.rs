@@ -69,7 +69,9 @@ async fn read_identity<S: TableStore + ?Sized>(
     let mut rows = pager::entities(store, table, identity, range, (limit + 1).min(MAX_PAGE));
     let mut out = Vec::new();
     while let Some(e) = rows.try_next().await? {
-        if cursor.is_some_and(|(rk, id)| (e.row_key.as_str(), identity) <= (rk.as_str(), id.as_str())) {
+        if super::is_marker(&e)
+            || cursor.is_some_and(|(rk, id)| (e.row_key.as_str(), identity) <= (rk.as_str(), id.as_str()))
+        {
             continue;
         }
         out.push(HistoryEntry::from_entity(&e)?);
