@@ -1623,3 +1623,60 @@ async fn a_delete_applied_before_an_index_add_reaches_a_row_written_early_under_
         verify_clean(&b, &label).await;
     }
 }
+
+/// Simulator seed 809. R = {KCCC, iata CCC, country US} is applied; F1 = delete country=US,
+/// then F2 = delete iata=CCC (both shard 0, pending), then L = upsert of R with country MX
+/// (shard 3), ids F1 < F2 < L. L's apply moves R out of US (a tombstone there, under L's id)
+/// and writes its owner row, and is held before its row of iata CCC; shard 0 is applied
+/// meanwhile. F1 meets L's tombstone, and through the history finds that the version before
+/// it (US) matched: it removed R. F2 then found R's row of iata CCC still holding that
+/// version, live under its old id, and recorded a second removal of a record F1 had removed.
+/// F1 now tombstones that version's rows too, where L has not written yet.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delete_after_a_filter_removed_a_version_that_a_later_upsert_is_still_moving_records_no_second_removal() {
+    for backend in common::backends() {
+        let label = format!("{backend:?}");
+        let inner = common::store(backend);
+        let names = Names::new(&common::unique_name("moving"), None, None).unwrap();
+        let mut opts = options();
+        opts.history = HistoryOptions::on();
+        let c = open(inner.clone(), &names, opts.clone()).await;
+        add_index_until_active(&c, "country", &label).await;
+        let held_pk = table_catalog::keys::partition_key("iata", "CCC").unwrap();
+        let layer = Arc::new(HoldPartition { table: names.table.to_lowercase(), partition: held_pk, door: Door::new() });
+        let held = open(Arc::new(LayeredStore::with_layer(inner.clone(), layer.clone())), &names, opts).await;
+        let version = |country: &str| {
+            let mut r = in_shard(3, "KCCC", "CCC", "Charlie field");
+            r.insert("country".into(), json!(country));
+            r
+        };
+        let v0 = c.upsert(version("US"), true).await.unwrap();
+        let f1 = c.delete(f("country", "US"), false).await.unwrap();
+        let f2 = c.delete(f("iata", "CCC"), false).await.unwrap();
+        let l = c.upsert(version("MX"), false).await.unwrap();
+        assert!(id(&f1) < id(&f2) && id(&f2) < id(&l), "{label}: F1 < F2 < L");
+        let pass_l = tokio::spawn({
+            let held = held.clone();
+            async move { held.applier().apply_shard(ShardId::new(3).unwrap()).await }
+        });
+        within(&format!("{label}: L reaches its row of iata CCC"), layer.door.reached(1)).await;
+        within(&format!("{label}: shard 0"), c.applier().apply_shard(ShardId::ZERO)).await.unwrap();
+        layer.door.open();
+        within(&format!("{label}: L's pass"), pass_l).await.unwrap().unwrap();
+        drain(&[&c], &label).await;
+
+        assert_eq!(c.query_all(&f("iata", "CCC")).await.unwrap(), vec![version("MX")], "{label}: R is L's version");
+        verify_clean(&c, &label).await;
+        let history = c.history("icao", "KCCC", 100, None).await.unwrap().history;
+        let rows: Vec<(ChangeOp, &str)> = history.iter().map(|e| (e.op, e.wal_id.as_str())).collect();
+        assert_eq!(
+            rows,
+            vec![
+                (ChangeOp::Upsert, l.id.as_str()),
+                (ChangeOp::Delete, f1.id.as_str()),
+                (ChangeOp::Upsert, v0.id.as_str())
+            ],
+            "{label}: R's history, newest first: L, F1's removal, the first version (F2 found R removed)"
+        );
+    }
+}

@@ -25,7 +25,7 @@ pub(super) enum Match {
     Live { partition: String, row_key: String, record: Record, later: bool },
     /// A tombstone a later entry wrote when it moved the record to another value of an
     /// added index. Only with history: whether this entry removed the version before it is
-    /// for the history to say ([`Applier::existed_before`]); the catalog is already right.
+    /// for the history to say ([`Applier::version_before`]).
     HiddenByLater { row_key: String },
 }
 
@@ -167,25 +167,42 @@ impl Applier {
                 }
             }
         }
+        // One history row per identity removed (the new record's own identity, when the
+        // filter matched it, gets the row below instead). A row a later entry wrote (or hid)
+        // was removed by this one only if the version before this entry in effective-id
+        // order matched (else the later entry created it, or the record never had the value
+        // then). When it did, that version's rows are tombstoned too (fenced: rows the later
+        // entry already wrote stay): the later entry may not have reached them yet, and a
+        // filter after this one would find the version live there and record a second
+        // removal of a record this one removed (found by the simulator, seed 809).
+        let removed: BTreeSet<String> = doomed
+            .keys()
+            .map(|(_, rk)| rk.clone())
+            .chain(hidden.iter().cloned())
+            .filter(|rk| Some(rk) != t.new_identity)
+            .collect();
+        let mut changes = Vec::with_capacity(removed.len());
+        for rk in removed {
+            if !(newer.contains(&rk) || hidden.contains(&rk)) {
+                changes.push(Change { identity: rk, op: t.op, wal_id: id, record: None });
+                continue;
+            }
+            let Some(before) = self.version_before(&rk, id, t.filter).await? else { continue };
+            if let Ok(keys) = t.schema.record_keys(&before) {
+                for (_, pk) in keys.partitions {
+                    let row = (pk, keys.row_key.clone());
+                    if !t.new_rows.contains(&row) {
+                        doomed.entry(row).or_insert_with(|| before.clone());
+                    }
+                }
+            }
+            changes.push(Change { identity: rk, op: t.op, wal_id: id, record: None });
+        }
         if !doomed.is_empty() {
             self.index_tombstones(id, doomed.keys()).await?;
             let writes =
                 doomed.iter().map(|((pk, rk), rec)| (pk.clone(), rk.clone(), id, RowWrite::Tombstone(rec))).collect();
             self.write_rows(writes).await?;
-        }
-        // One history row per identity removed (the new record's own identity, when the
-        // filter matched it, gets the row below instead).
-        let removed: BTreeSet<&String> =
-            doomed.keys().map(|(_, rk)| rk).chain(hidden.iter()).filter(|rk| Some(*rk) != t.new_identity).collect();
-        let mut changes = Vec::with_capacity(removed.len());
-        for rk in removed {
-            // A row a later entry wrote (or hid) was removed by this one only if the
-            // version before this entry in effective-id order matched (else the later
-            // entry created it, or the record never had the value then).
-            let later = newer.contains(rk) || hidden.contains(rk);
-            if !later || self.existed_before(rk, id, t.filter).await? {
-                changes.push(Change { identity: rk.clone(), op: t.op, wal_id: id, record: None });
-            }
         }
         self.record_history(changes).await
     }

@@ -17,6 +17,7 @@ use crate::error::Result;
 use crate::faults;
 use crate::history::{self, retention, Change, HistoryEntry, HistoryOptions};
 use crate::query::Filter;
+use crate::record::Record;
 use crate::store::{pager, BatchOp, Entity, RowRange, StoreError};
 use crate::wal::append::batches;
 use crate::wal::WalId;
@@ -50,7 +51,7 @@ impl Applier {
         // first attempt is replaced by a marker (found by the simulator, seed 2173: two
         // history rows of one entry). A marker, not a deletion: a stale applier still
         // applying the entry under its own id would write the row again (seed 5522), and
-        // a filter's `existed_before` would take it for the version before the filter.
+        // a filter's `version_before` would take it for the version before the filter.
         let mut unstamped: BTreeMap<String, Vec<Entity>> = BTreeMap::new();
         for change in changes.iter().filter(|c| c.wal_id.is_stamped()) {
             let raw = WalId::from_stored(crate::wal::id::entry_of(change.wal_id.as_str()).to_string());
@@ -74,25 +75,24 @@ impl Applier {
         faults::point("after_history_write")
     }
 
-    /// Whether the history of `identity` says the record existed just before entry `id` with
-    /// a version `filter` matches: its newest row older than `id` holds such a record
-    /// (superseded markers skipped). One
-    /// query (`RowKey gt` the entry's history key, first row). Used for a row that a filter
-    /// entry matched but a later entry wrote (an upsert of another shard applied first): the
-    /// filter removed the record in effective-id order only if the version before it matched
-    /// (with an added index, that version may hold another value than the row it matched).
-    /// False without history.
-    pub(crate) async fn existed_before(&self, identity: &str, id: &WalId, filter: &Filter) -> Result<bool> {
-        let Some(target) = &self.history else { return Ok(false) };
+    /// The version of `identity` just before entry `id`, when the history says it existed
+    /// and `filter` matches it: its newest row older than `id` (superseded markers skipped).
+    /// One query (`RowKey gt` the entry's history key, first row). Used for a row that a
+    /// filter entry matched but a later entry wrote (an upsert of another shard applied
+    /// first): the filter removed the record in effective-id order only if the version
+    /// before it matched (with an added index, that version may hold another value than the
+    /// row it matched). `None` without history.
+    pub(crate) async fn version_before(&self, identity: &str, id: &WalId, filter: &Filter) -> Result<Option<Record>> {
+        let Some(target) = &self.history else { return Ok(None) };
         let range = RowRange { after: Some(history::row_key(id)), ..RowRange::default() };
         let older = pager::entities(self.store.as_ref(), &target.table, identity, &range, 1);
         let mut older = older.try_filter(|e| futures::future::ready(!history::is_marker(e)));
         match older.try_next().await? {
             Some(row) => {
                 let schema = self.schema();
-                Ok(HistoryEntry::from_entity(&row)?.record.is_some_and(|r| filter.matches(&schema, &r)))
+                Ok(HistoryEntry::from_entity(&row)?.record.filter(|r| filter.matches(&schema, r)))
             }
-            None => Ok(false),
+            None => Ok(None),
         }
     }
 
@@ -174,6 +174,6 @@ mod tests {
         // The delete that raised the seal (below the stamp, above U's own id) finds no
         // version of the record before it.
         let by_iata = Filter::new(vec![("iata".into(), "BBB".into())]);
-        assert!(!c.applier().existed_before(&identity, &seal, &by_iata).await.unwrap());
+        assert_eq!(c.applier().version_before(&identity, &seal, &by_iata).await.unwrap(), None);
     }
 }
