@@ -1680,3 +1680,55 @@ async fn a_delete_after_a_filter_removed_a_version_that_a_later_upsert_is_still_
         );
     }
 }
+
+/// The sweeper's horizon, its pending half (docs/ARCHITECTURE.md, "Order", step 9; found with
+/// the mutant `sweep-ignores-pending` under the simulator, seed 2). R = {KCCC, country US} is
+/// applied; F = delete country=US is logged (shard 0) and stays pending; then L = upsert of
+/// R with country MX (shard 3, id above F's) is applied, which moves R out of US: a tombstone
+/// there under L's id. A sweep runs past the grace period while F is still pending. F was
+/// acknowledged before L was issued, so F removed R's US version; it learns so from L's
+/// tombstone (a row a later entry hid, then the history). A sweep that removed that tombstone
+/// because it is older than the grace period, though F, below it, is pending, leaves F with
+/// nothing to find: no removal, and R's history says the US version lived on until L.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sweep_keeps_a_later_entrys_tombstone_that_a_pending_delete_below_it_still_needs() {
+    for backend in common::backends() {
+        let label = format!("{backend:?}");
+        let inner = common::store(backend);
+        let names = Names::new(&common::unique_name("horizon"), None, None).unwrap();
+        let mut opts = options();
+        opts.history = HistoryOptions::on();
+        opts.wal.tombstone_grace = Duration::ZERO;
+        let c = open(inner.clone(), &names, opts).await;
+        add_index_until_active(&c, "country", &label).await;
+        let version = |country: &str| {
+            let mut r = in_shard(3, "KCCC", "CCC", "Charlie field");
+            r.insert("country".into(), json!(country));
+            r
+        };
+        let v0 = c.upsert(version("US"), true).await.unwrap();
+        let del = c.delete(f("country", "US"), false).await.unwrap();
+        let l = c.upsert(version("MX"), false).await.unwrap();
+        assert!(id(&del) < id(&l), "{label}: F < L");
+        within(&format!("{label}: L applies"), c.applier().apply_shard(ShardId::new(3).unwrap())).await.unwrap();
+        assert!(c.wal().is_pending(ShardId::ZERO, &id(&del)).await.unwrap(), "{label}: F is pending");
+        // Past the grace period (zero here); the sweep applies nothing (F is not overdue).
+        let swept = within(&format!("{label}: sweep"), c.applier().sweep(Duration::from_secs(3600))).await.unwrap();
+        assert_eq!(swept.applied, 0, "{label}: {swept:?}");
+        drain(&[&c], &label).await;
+
+        assert_eq!(c.query_all(&f("icao", "KCCC")).await.unwrap(), vec![version("MX")], "{label}: R is L's version");
+        verify_clean(&c, &label).await;
+        let history = c.history("icao", "KCCC", 100, None).await.unwrap().history;
+        let rows: Vec<(ChangeOp, &str)> = history.iter().map(|e| (e.op, e.wal_id.as_str())).collect();
+        assert_eq!(
+            rows,
+            vec![
+                (ChangeOp::Upsert, l.id.as_str()),
+                (ChangeOp::Delete, del.id.as_str()),
+                (ChangeOp::Upsert, v0.id.as_str())
+            ],
+            "{label}: R's history, newest first: L, F's removal of the US version, the US version"
+        );
+    }
+}
