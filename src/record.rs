@@ -64,6 +64,16 @@ pub struct RowMeta {
     /// from its id. `None` on live rows and on tombstones written before this field existed.
     #[serde(rename = "t", default, skip_serializing_if = "Option::is_none")]
     pub deleted_at: Option<i64>,
+    /// The catalog's schema version the writer applied with (0, not stored: the catalog's
+    /// first schema, and rows of releases before this field). An applier on an older schema
+    /// must not overwrite the row: it re-reads the schema first (docs/ARCHITECTURE.md,
+    /// "Order", step 10).
+    #[serde(rename = "s", default, skip_serializing_if = "is_zero")]
+    pub schema_version: u64,
+}
+
+fn is_zero(v: &u64) -> bool {
+    *v == 0
 }
 
 impl RowMeta {
@@ -198,6 +208,21 @@ pub fn tombstone_properties(record: &Record, wal_id: &str, written_at_us: i64) -
     meta.deleted_at = Some(written_at_us);
     props.insert(META.to_string(), Value::String(meta_json(&meta)));
     props
+}
+
+/// Marks the row `props` (built by [`to_properties`] or [`tombstone_properties`]) as written
+/// under schema version `version` ([`RowMeta::schema_version`]).
+pub fn set_schema_version(props: &mut Properties, version: u64) {
+    if version == 0 {
+        return;
+    }
+    let mut meta = props
+        .get(META)
+        .and_then(Value::as_str)
+        .and_then(|s| serde_json::from_str::<RowMeta>(s).ok())
+        .unwrap_or_default();
+    meta.schema_version = version;
+    props.insert(META.to_string(), Value::String(meta_json(&meta)));
 }
 
 fn meta_json(meta: &RowMeta) -> String {

@@ -1557,7 +1557,12 @@ async fn schema_v1_without_its_entry(c: &Catalog) {
     let (store, wal_table) = (c.store().as_ref(), &c.names().wal_table);
     schema_row::update(store, wal_table, |_, added, version| {
         *version += 1;
-        added.push(AddedIndex { field: "country".into(), state: IndexState::Backfilling, version: *version, job: None });
+        added.push(AddedIndex {
+            field: "country".into(),
+            state: IndexState::Backfilling,
+            version: *version,
+            job: None,
+        });
         Ok(true)
     })
     .await
@@ -1643,7 +1648,8 @@ async fn a_delete_after_a_filter_removed_a_version_that_a_later_upsert_is_still_
         let c = open(inner.clone(), &names, opts.clone()).await;
         add_index_until_active(&c, "country", &label).await;
         let held_pk = table_catalog::keys::partition_key("iata", "CCC").unwrap();
-        let layer = Arc::new(HoldPartition { table: names.table.to_lowercase(), partition: held_pk, door: Door::new() });
+        let layer =
+            Arc::new(HoldPartition { table: names.table.to_lowercase(), partition: held_pk, door: Door::new() });
         let held = open(Arc::new(LayeredStore::with_layer(inner.clone(), layer.clone())), &names, opts).await;
         let version = |country: &str| {
             let mut r = in_shard(3, "KCCC", "CCC", "Charlie field");
@@ -1730,5 +1736,49 @@ async fn a_sweep_keeps_a_later_entrys_tombstone_that_a_pending_delete_below_it_s
             ],
             "{label}: R's history, newest first: L, F's removal of the US version, the US version"
         );
+    }
+}
+
+/// Simulator seed 5215 (the mirror of seed 277). Replace P writes record R with country CA
+/// (shard 0), then upsert U of R with country US (shard 3) is logged, both before `country`
+/// is added. Instance B adopts the new schema (version 1) before the change's entry is
+/// logged and applies P with it: R's rows, one of them in `country`'s partition CA. Instance
+/// A, still on version 0, applies U, which does not know `country` and so left R's CA row
+/// live; the backfill then wrote U's US row, and `country=CA` kept finding R. U now meets
+/// rows written under version 1, re-reads the schema and applies again with it, moving R out
+/// of CA.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upsert_applied_under_the_old_schema_after_a_row_written_under_the_new_one_moves_it() {
+    for backend in common::backends() {
+        let label = format!("{backend:?}");
+        let store = common::store(backend);
+        let names = Names::new(&common::unique_name("oldschema"), None, None).unwrap();
+        let a = open(store.clone(), &names, options()).await;
+        let b = open(store.clone(), &names, options()).await;
+        let version = |country: &str| {
+            let mut r = in_shard(3, "KFFF", "FFF", "Foxtrot Field");
+            r.insert("country".into(), json!(country));
+            r
+        };
+        let p = b.replace(f("icao", "KZZZ"), version("CA"), false).await.unwrap();
+        let up = a.upsert(version("US"), false).await.unwrap();
+        assert!(id(&p) < id(&up), "{label}: P < U");
+
+        schema_v1_without_its_entry(&b).await;
+        b.applier().reload_schema().await.unwrap();
+        assert!(within(&format!("{label}: B applies P"), b.wait_applied(ShardId::ZERO, &id(&p))).await.unwrap());
+        assert_eq!(a.schema().version(), 0, "{label}: A has not seen version 1");
+        assert!(within(&format!("{label}: A applies U"), a.wait_applied(up.shard.unwrap(), &id(&up))).await.unwrap());
+
+        indexes::add(&b, "country").await.unwrap();
+        backfill_until_active(&b, "country", &label).await;
+        drain(&[&a, &b], &label).await;
+        assert_eq!(b.query_all(&f("icao", "KFFF")).await.unwrap(), vec![version("US")], "{label}: R is U's version");
+        assert_eq!(
+            b.query_all(&f("country", "CA")).await.unwrap(),
+            Vec::<Record>::new(),
+            "{label}: R, moved to US by U, must not be found by CA"
+        );
+        verify_clean(&b, &label).await;
     }
 }

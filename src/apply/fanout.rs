@@ -67,8 +67,8 @@ impl Applier {
                 .try_collect::<Vec<()>>()
                 .await?;
         } else {
-            self.write_rows(rows.into_iter().map(|((pk, rk), (id, rec))| (pk, rk, id, RowWrite::Live(rec))).collect())
-                .await?;
+            let rows = rows.into_iter().map(|((pk, rk), (id, rec))| (pk, rk, id, RowWrite::Live(rec))).collect();
+            self.write_rows(rows, schema.version()).await?;
         }
         self.settle_dropping().await?;
         self.record_history(changes).await
@@ -114,6 +114,9 @@ impl Applier {
         loop {
             let current = self.store.get(table, &owner, &rk).await?;
             let current_meta = current.as_ref().map(RowMeta::of);
+            if let Some(newer) = current_meta.as_ref().filter(|m| m.schema_version > schema.version()) {
+                return Err(Error::SchemaChanged(newer.schema_version));
+            }
             if let Some(newer) = current_meta.as_ref().filter(|m| m.wal_id.as_str() > id.as_str()) {
                 // Superseded by a newer entry of this record.
                 tracing::debug!(wal_id = %id, identity = %rk, owner = %newer.wal_id, "superseded");
@@ -121,6 +124,21 @@ impl Applier {
                     self.shadow_superseded(schema, &rk, &keys, record, newer).await?;
                 }
                 return Ok(());
+            }
+            // Written by this entry under an older schema (a re-application): written again
+            // under this one, so an applier still on the older schema meets it (seed 5327).
+            let upgrade =
+                current_meta.as_ref().is_some_and(|m| m.wal_id == id.as_str() && m.schema_version < schema.version());
+            if upgrade {
+                let mut properties = record::to_properties(record, id.as_str());
+                record::set_schema_version(&mut properties, schema.version());
+                let entity = Entity { partition_key: owner.clone(), row_key: rk.clone(), etag: None, properties };
+                let tag = current.as_ref().and_then(|e| e.etag.clone()).map_or(IfMatch::Any, IfMatch::Etag);
+                match self.store.replace(table, &entity, &tag).await {
+                    Ok(tag) => self.rows.put(&owner, &rk, tag, id.as_str()),
+                    Err(StoreError::PreconditionFailed(_) | StoreError::NotFound(_)) => continue,
+                    Err(e) => return Err(e.into()),
+                }
             }
             if current_meta.as_ref().is_none_or(|m| m.wal_id.as_str() < id.as_str()) {
                 let stored = current.as_ref().zip(current_meta.as_ref()).map(|(e, m)| record::payload(e, m));
@@ -130,14 +148,11 @@ impl Applier {
                     let rows: Vec<(String, String)> = moved.iter().map(|pk| (pk.clone(), rk.clone())).collect();
                     self.index_tombstones(id, rows.iter()).await?;
                     let tombstones = moved.into_iter().map(|pk| (pk, rk.clone(), id, RowWrite::Tombstone(record)));
-                    self.write_rows(tombstones.collect()).await?;
+                    self.write_rows(tombstones.collect(), schema.version()).await?;
                 }
-                let entity = Entity {
-                    partition_key: owner.clone(),
-                    row_key: rk.clone(),
-                    etag: None,
-                    properties: record::to_properties(record, id.as_str()),
-                };
+                let mut properties = record::to_properties(record, id.as_str());
+                record::set_schema_version(&mut properties, schema.version());
+                let entity = Entity { partition_key: owner.clone(), row_key: rk.clone(), etag: None, properties };
                 let written = match current.as_ref().and_then(|e| e.etag.clone()) {
                     Some(tag) => self.store.replace(table, &entity, &IfMatch::Etag(tag)).await,
                     None => self.store.insert(table, &entity).await,
@@ -153,7 +168,7 @@ impl Applier {
             }
             let rest = keys.partitions.iter().filter(|(_, pk)| *pk != owner);
             let rows = rest.map(|(_, pk)| (pk.clone(), rk.clone(), id, RowWrite::Live(record))).collect();
-            return self.write_rows(rows).await;
+            return self.write_rows(rows, schema.version()).await;
         }
     }
 
@@ -197,18 +212,22 @@ impl Applier {
         let id = just_below(&newer.wal_id);
         self.index_tombstones(&id, shadows.iter()).await?;
         let writes = shadows.into_iter().map(|(pk, rk)| (pk, rk, &id, RowWrite::Tombstone(record))).collect();
-        self.write_rows(writes).await
+        self.write_rows(writes, schema.version()).await
     }
 
-    pub(crate) async fn write_rows(&self, rows: Vec<(String, String, &WalId, RowWrite<'_>)>) -> Result<()> {
+    /// Writes rows, fenced, each marked as written under schema version `sv` (the version the
+    /// writes were planned with): a row written under a newer version is not overwritten;
+    /// the write fails with [`Error::SchemaChanged`] instead ([`Applier::put_row_fenced`]).
+    pub(crate) async fn write_rows(&self, rows: Vec<(String, String, &WalId, RowWrite<'_>)>, sv: u64) -> Result<()> {
         // Build owned entities first: the futures then borrow only `self`.
         let futures: Vec<_> = rows
             .into_iter()
             .map(|(pk, rk, id, write)| {
-                let properties = match write {
+                let mut properties = match write {
                     RowWrite::Live(r) => record::to_properties(r, id.as_str()),
                     RowWrite::Tombstone(r) => record::tombstone_properties(r, id.as_str(), now_micros()),
                 };
+                record::set_schema_version(&mut properties, sv);
                 self.put_row(Entity { partition_key: pk, row_key: rk, etag: None, properties }, id.to_string())
             })
             .collect();
@@ -238,8 +257,13 @@ impl Applier {
         let table = &self.catalog_table;
         let (pk, rk) = (&entity.partition_key, &entity.row_key);
         if let Some((tag, seen)) = self.rows.get(pk, rk) {
-            if seen.as_str() >= id {
-                return Ok(()); // written by this entry already, or by a newer one
+            if seen.as_str() > id {
+                return Ok(()); // written by a newer entry
+            }
+            if seen.as_str() == id {
+                // Written by this entry already, maybe under an older schema: the read below
+                // tells (a re-application, rare).
+                return self.put_row_slow(entity, id, false).await;
             }
             match self.store.replace(table, entity, &IfMatch::Etag(tag)).await {
                 Ok(tag) => {
@@ -262,8 +286,16 @@ impl Applier {
                 Err(e) => return Err(e.into()),
             }
         }
-        // Noted once per unseen row: by the insert above, or by the first read below.
-        let mut first = read_first;
+        self.put_row_slow(entity, id, read_first).await
+    }
+
+    /// The fenced write's slow path: read the row, then insert, replace or leave it.
+    /// `note`: count the read in [`super::row_cache::Existence`] (a row not seen before).
+    async fn put_row_slow(&self, entity: &Entity, id: &str, note: bool) -> Result<()> {
+        let table = &self.catalog_table;
+        let (pk, rk) = (&entity.partition_key, &entity.row_key);
+        // Noted once per unseen row: by the insert before this, or by the first read below.
+        let mut first = note;
         loop {
             let found = self.store.get(table, pk, rk).await?;
             if std::mem::replace(&mut first, false) {
@@ -283,10 +315,23 @@ impl Applier {
                 .etag
                 .clone()
                 .ok_or_else(|| Error::Store(StoreError::Other("row read without an ETag".into())))?;
-            let current_id = RowMeta::of(&current).wal_id;
-            if current_id.as_str() >= id {
+            let current_meta = RowMeta::of(&current);
+            if current_meta.schema_version > RowMeta::of(entity).schema_version {
+                // Written under a newer schema than this write was planned with: an entry
+                // planned under the old one may not know an index the row's writer
+                // maintained (a row of it that this entry should move or remove). The caller
+                // re-reads the schema and plans again (simulator seeds 277, 5215).
+                return Err(Error::SchemaChanged(current_meta.schema_version));
+            }
+            let current_id = current_meta.wal_id;
+            let mine = RowMeta::of(entity).schema_version;
+            // Written by a newer entry, or by this one under the same schema: done. Written
+            // by this one under an older schema: written again, so that the row says which
+            // schema its record's rows follow (an applier still on the older one then meets
+            // it and re-reads the schema; simulator seed 5327).
+            if current_id.as_str() > id || (current_id.as_str() == id && current_meta.schema_version >= mine) {
                 self.rows.put(pk, rk, tag, &current_id);
-                return Ok(()); // written by this entry already, or by a newer one
+                return Ok(());
             }
             match self.store.replace(table, entity, &IfMatch::Etag(tag)).await {
                 Ok(tag) => {

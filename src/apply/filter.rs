@@ -64,12 +64,11 @@ impl Applier {
             }
         };
         let op = if new_record.is_some() { ChangeOp::Replace } else { ChangeOp::Delete };
-        // Resolve with the newest schema (one read), whatever the entry was validated under:
-        // an applier of another shard may have adopted an index added since and written an
-        // earlier entry's row of it, before the change's own entry was logged; this filter,
-        // applied after that entry (the barrier), must reach that row too (simulator seed
-        // 277; docs/ARCHITECTURE.md, "Order", step 10).
-        self.reload_schema().await?;
+        // Resolved with the schema this process holds. Where another applier already wrote a
+        // row of the record under a newer schema (an index added since, adopted before the
+        // change's own entry was logged), the fenced writes below meet that row and the
+        // group is applied again with the newer schema (`Error::SchemaChanged`; simulator
+        // seeds 277, 5215; docs/ARCHITECTURE.md, "Order", step 10).
         let current = self.schema();
         let schema = current.with_dropping_maintained().map_or(current, std::sync::Arc::new);
         // Validated against an active index when logged. An index being dropped keeps its rows
@@ -123,7 +122,7 @@ impl Applier {
                     .iter()
                     .map(|(pk, rk)| (pk.clone(), rk.clone(), entry.effective(), RowWrite::Live(record)))
                     .collect();
-                self.write_rows(writes).await?;
+                self.write_rows(writes, schema.version()).await?;
             }
             let change = Change { identity: identity.clone(), op, wal_id: entry.effective(), record: Some(record) };
             self.record_history(vec![change]).await?;
@@ -202,7 +201,7 @@ impl Applier {
             self.index_tombstones(id, doomed.keys()).await?;
             let writes =
                 doomed.iter().map(|((pk, rk), rec)| (pk.clone(), rk.clone(), id, RowWrite::Tombstone(rec))).collect();
-            self.write_rows(writes).await?;
+            self.write_rows(writes, t.schema.version()).await?;
         }
         self.record_history(changes).await
     }

@@ -55,7 +55,7 @@ impl Applier {
         let mut unstamped: BTreeMap<String, Vec<Entity>> = BTreeMap::new();
         for change in changes.iter().filter(|c| c.wal_id.is_stamped()) {
             let raw = WalId::from_stored(crate::wal::id::entry_of(change.wal_id.as_str()).to_string());
-            let marker = history::marker(&change.identity, &history::row_key(&raw), &history::row_key(&change.wal_id));
+            let marker = history::marker(&change.identity, &history::row_key(&raw), &history::row_key(change.wal_id));
             unstamped.entry(change.identity.clone()).or_default().push(marker);
         }
         let unstamped = &unstamped;
@@ -162,7 +162,8 @@ mod tests {
         let own = WalId::from_stored("2026-12-31T23:59:55.362000_67603b6c-be66-4ae7-adb3-08ca81892fc2".into());
         let seal = WalId::from_stored("2027-01-01T00:00:03.390001_86c4fb90-9148-458b-8c37-f8abdbddb3ac".into());
         let stamped = WalId::stamped(&seal, &own);
-        let change = |wal_id| Change { identity: identity.clone(), op: ChangeOp::Upsert, wal_id, record: Some(&record) };
+        let change =
+            |wal_id| Change { identity: identity.clone(), op: ChangeOp::Upsert, wal_id, record: Some(&record) };
 
         c.applier().record_history(vec![change(&stamped)]).await.unwrap(); // the current applier
         c.applier().record_history(vec![change(&own)]).await.unwrap(); // the stale one, after it

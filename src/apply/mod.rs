@@ -479,6 +479,20 @@ impl Applier {
             }
             match result {
                 Ok(()) => {}
+                // A row this group met was written under a newer schema: apply the group
+                // again with it (every write is fenced, so what this attempt wrote stays
+                // right; docs/ARCHITECTURE.md, "Order", step 10).
+                Err(Error::SchemaChanged(version)) => {
+                    tracing::debug!(version, wal_id = %group[0].id, "a row was written under a newer schema: applying the group again with it");
+                    self.ensure_schema(version).await?;
+                    if self.schema().version() < version {
+                        return Err(Error::SchemaMismatch(format!(
+                            "a catalog row was written under schema version {version}, above the catalog's schema row ({})",
+                            self.schema().version()
+                        )));
+                    }
+                    continue;
+                }
                 // Transient, or a fault of the environment (a missing table, 403): retried by
                 // the next hint or sweep, never buried.
                 Err(e) if !e.is_input_fault() => return Err(e),

@@ -148,7 +148,8 @@ impl JobRows {
     /// The work item's outstanding row; `None` once it is finished.
     pub async fn todo(&self, id: &JobId, step: &str) -> Result<Option<Todo>> {
         let Some(e) = self.store.get(&self.table, &todo(id), &key_of(step)).await? else { return Ok(None) };
-        let etag = e.etag.clone().ok_or_else(|| Error::Store(StoreError::Other("job row read without an ETag".into())))?;
+        let etag =
+            e.etag.clone().ok_or_else(|| Error::Store(StoreError::Other("job row read without an ETag".into())))?;
         let plan = match e.str("plan") {
             None => None,
             Some(text) => Some(serde_json::from_str(text).map_err(|err| {
