@@ -199,29 +199,29 @@ pub fn to_properties(record: &Record, wal_id: &str) -> Properties {
 /// same records (its filter is resolved against live rows and its own tombstones).
 pub fn tombstone_properties(record: &Record, wal_id: &str, written_at_us: i64) -> Properties {
     let mut props = to_properties(record, wal_id);
-    let mut meta = props
-        .get(META)
-        .and_then(Value::as_str)
-        .and_then(|s| serde_json::from_str::<RowMeta>(s).ok())
-        .unwrap_or_default();
-    meta.deleted = true;
-    meta.deleted_at = Some(written_at_us);
-    props.insert(META.to_string(), Value::String(meta_json(&meta)));
+    edit_meta(&mut props, |meta| {
+        meta.deleted = true;
+        meta.deleted_at = Some(written_at_us);
+    });
     props
 }
 
 /// Marks the row `props` (built by [`to_properties`] or [`tombstone_properties`]) as written
 /// under schema version `version` ([`RowMeta::schema_version`]).
 pub fn set_schema_version(props: &mut Properties, version: u64) {
-    if version == 0 {
-        return;
+    if version != 0 {
+        edit_meta(props, |meta| meta.schema_version = version);
     }
+}
+
+/// Changes the system property of the row `props` in place.
+fn edit_meta(props: &mut Properties, edit: impl FnOnce(&mut RowMeta)) {
     let mut meta = props
         .get(META)
         .and_then(Value::as_str)
         .and_then(|s| serde_json::from_str::<RowMeta>(s).ok())
         .unwrap_or_default();
-    meta.schema_version = version;
+    edit(&mut meta);
     props.insert(META.to_string(), Value::String(meta_json(&meta)));
 }
 

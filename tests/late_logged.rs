@@ -1180,6 +1180,71 @@ impl Layer for HoldPartition {
     }
 }
 
+/// A catalog keeping history, with the added index `country` active (`tune` adjusts the
+/// options first). Returns the label, the store, the names, the options and the catalog.
+async fn history_catalog(
+    backend: Backend,
+    prefix: &str,
+    tune: impl FnOnce(&mut CatalogOptions),
+) -> (String, Arc<dyn Store>, Names, CatalogOptions, Arc<Catalog>) {
+    let label = format!("{backend:?}");
+    let inner = common::store(backend);
+    let names = Names::new(&common::unique_name(prefix), None, None).unwrap();
+    let mut opts = options();
+    opts.history = HistoryOptions::on();
+    tune(&mut opts);
+    let c = open(inner.clone(), &names, opts.clone()).await;
+    add_index_until_active(&c, "country", &label).await;
+    (label, inner, names, opts, c)
+}
+
+/// A second instance over `inner` whose writes to the partition of `field`=`value` wait at
+/// the returned layer's door.
+async fn held_instance(
+    inner: &Arc<dyn Store>,
+    names: &Names,
+    opts: CatalogOptions,
+    field: &str,
+    value: &str,
+) -> (Arc<HoldPartition>, Arc<Catalog>) {
+    let partition = table_catalog::keys::partition_key(field, value).unwrap();
+    let layer = Arc::new(HoldPartition { table: names.table.to_lowercase(), partition, door: Door::new() });
+    let held = open(Arc::new(LayeredStore::with_layer(inner.clone(), layer.clone())), names, opts).await;
+    (layer, held)
+}
+
+/// An apply pass of shard 3, held at a door.
+type HeldPass = tokio::task::JoinHandle<table_catalog::Result<table_catalog::apply::DrainOutcome>>;
+
+/// Starts an apply pass of shard 3 through `held` and returns once it waits at the door.
+async fn held_pass_of_shard_3(held: &Arc<Catalog>, layer: &HoldPartition, what: &str) -> HeldPass {
+    let pass = tokio::spawn({
+        let held = held.clone();
+        async move { held.applier().apply_shard(ShardId::new(3).unwrap()).await }
+    });
+    within(what, layer.door.reached(1)).await;
+    pass
+}
+
+/// Opens the door and waits for the held pass to end.
+async fn finish_held_pass(layer: &HoldPartition, pass: HeldPass, label: &str) {
+    layer.door.open();
+    within(&format!("{label}: the held pass"), pass).await.unwrap().unwrap();
+}
+
+/// Record R: KCCC (iata and lid CCC, shard 3) with this country.
+fn kccc(country: &str) -> Record {
+    let mut r = in_shard(3, "KCCC", "CCC", "Charlie field");
+    r.insert("country".into(), json!(country));
+    r
+}
+
+/// KCCC's history, newest first: (operation, WAL id).
+async fn history_of_kccc(c: &Catalog) -> Vec<(ChangeOp, String)> {
+    let history = c.history("icao", "KCCC", 100, None).await.unwrap().history;
+    history.into_iter().map(|e| (e.op, e.wal_id)).collect()
+}
+
 /// P = replace writing R (shard 0; its filter `field`=ZZZ matches nothing), F = delete
 /// `field`=`value`, N = upsert of R (shard 3), ids P < F < N, in a catalog with the added
 /// index `country` (R has `country` = `country` when given). N's apply is held after its
@@ -1193,16 +1258,8 @@ async fn delete_between_a_superseded_replace_and_its_successor(
     value: &str,
     country: Option<&str>,
 ) {
-    let label = format!("{backend:?}");
-    let inner = common::store(backend);
-    let names = Names::new(&common::unique_name(prefix), None, None).unwrap();
-    let mut opts = options();
-    opts.history = HistoryOptions::on();
-    let c = open(inner.clone(), &names, opts.clone()).await;
-    add_index_until_active(&c, "country", &label).await;
-    let held_pk = table_catalog::keys::partition_key(field, value).unwrap();
-    let layer = Arc::new(HoldPartition { table: names.table.to_lowercase(), partition: held_pk, door: Door::new() });
-    let held = open(Arc::new(LayeredStore::with_layer(inner.clone(), layer.clone())), &names, opts).await;
+    let (label, inner, names, opts, c) = history_catalog(backend, prefix, |_| {}).await;
+    let (layer, held) = held_instance(&inner, &names, opts, field, value).await;
     let base = in_shard(3, "KCCC", "CCC", "Charlie field");
     let rc = |elevation: i64| {
         let mut r = base.clone();
@@ -1217,29 +1274,18 @@ async fn delete_between_a_superseded_replace_and_its_successor(
     let n = c.upsert(rc(2), false).await.unwrap();
     assert!(id(&p) < id(&del) && id(&del) < id(&n), "{label}: P < F < N");
     // N: owner row written, its row of `field`=`value` held.
-    let pass_n = tokio::spawn({
-        let held = held.clone();
-        async move { held.applier().apply_shard(ShardId::new(3).unwrap()).await }
-    });
-    within(&format!("{label}: N reaches its row of {field}={value}"), layer.door.reached(1)).await;
+    let pass_n = held_pass_of_shard_3(&held, &layer, &format!("{label}: N reaches its row of {field}={value}")).await;
     // P is superseded, F resolves.
     within(&format!("{label}: shard 0"), c.applier().apply_shard(ShardId::ZERO)).await.unwrap();
     assert_eq!(c.status().await.unwrap().pending, 1, "{label}: only N is pending");
-    layer.door.open();
-    within(&format!("{label}: N's pass"), pass_n).await.unwrap().unwrap();
+    finish_held_pass(&layer, pass_n, &label).await;
     drain(&[&c], &label).await;
 
     assert_eq!(c.query_all(&f(field, value)).await.unwrap(), vec![rc(2)], "{label}: R is N's version");
     verify_clean(&c, &label).await;
-    let history = c.history("icao", "KCCC", 100, None).await.unwrap().history;
-    let rows: Vec<(ChangeOp, &str)> = history.iter().map(|e| (e.op, e.wal_id.as_str())).collect();
     assert_eq!(
-        rows,
-        vec![
-            (ChangeOp::Upsert, n.id.as_str()),
-            (ChangeOp::Delete, del.id.as_str()),
-            (ChangeOp::Replace, p.id.as_str())
-        ],
+        history_of_kccc(&c).await,
+        vec![(ChangeOp::Upsert, n.id), (ChangeOp::Delete, del.id), (ChangeOp::Replace, p.id)],
         "{label}: R's history, newest first: N, F's removal, P"
     );
 }
@@ -1640,48 +1686,23 @@ async fn a_delete_applied_before_an_index_add_reaches_a_row_written_early_under_
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_delete_after_a_filter_removed_a_version_that_a_later_upsert_is_still_moving_records_no_second_removal() {
     for backend in common::backends() {
-        let label = format!("{backend:?}");
-        let inner = common::store(backend);
-        let names = Names::new(&common::unique_name("moving"), None, None).unwrap();
-        let mut opts = options();
-        opts.history = HistoryOptions::on();
-        let c = open(inner.clone(), &names, opts.clone()).await;
-        add_index_until_active(&c, "country", &label).await;
-        let held_pk = table_catalog::keys::partition_key("iata", "CCC").unwrap();
-        let layer =
-            Arc::new(HoldPartition { table: names.table.to_lowercase(), partition: held_pk, door: Door::new() });
-        let held = open(Arc::new(LayeredStore::with_layer(inner.clone(), layer.clone())), &names, opts).await;
-        let version = |country: &str| {
-            let mut r = in_shard(3, "KCCC", "CCC", "Charlie field");
-            r.insert("country".into(), json!(country));
-            r
-        };
-        let v0 = c.upsert(version("US"), true).await.unwrap();
+        let (label, inner, names, opts, c) = history_catalog(backend, "moving", |_| {}).await;
+        let (layer, held) = held_instance(&inner, &names, opts, "iata", "CCC").await;
+        let v0 = c.upsert(kccc("US"), true).await.unwrap();
         let f1 = c.delete(f("country", "US"), false).await.unwrap();
         let f2 = c.delete(f("iata", "CCC"), false).await.unwrap();
-        let l = c.upsert(version("MX"), false).await.unwrap();
+        let l = c.upsert(kccc("MX"), false).await.unwrap();
         assert!(id(&f1) < id(&f2) && id(&f2) < id(&l), "{label}: F1 < F2 < L");
-        let pass_l = tokio::spawn({
-            let held = held.clone();
-            async move { held.applier().apply_shard(ShardId::new(3).unwrap()).await }
-        });
-        within(&format!("{label}: L reaches its row of iata CCC"), layer.door.reached(1)).await;
+        let pass_l = held_pass_of_shard_3(&held, &layer, &format!("{label}: L reaches its row of iata CCC")).await;
         within(&format!("{label}: shard 0"), c.applier().apply_shard(ShardId::ZERO)).await.unwrap();
-        layer.door.open();
-        within(&format!("{label}: L's pass"), pass_l).await.unwrap().unwrap();
+        finish_held_pass(&layer, pass_l, &label).await;
         drain(&[&c], &label).await;
 
-        assert_eq!(c.query_all(&f("iata", "CCC")).await.unwrap(), vec![version("MX")], "{label}: R is L's version");
+        assert_eq!(c.query_all(&f("iata", "CCC")).await.unwrap(), vec![kccc("MX")], "{label}: R is L's version");
         verify_clean(&c, &label).await;
-        let history = c.history("icao", "KCCC", 100, None).await.unwrap().history;
-        let rows: Vec<(ChangeOp, &str)> = history.iter().map(|e| (e.op, e.wal_id.as_str())).collect();
         assert_eq!(
-            rows,
-            vec![
-                (ChangeOp::Upsert, l.id.as_str()),
-                (ChangeOp::Delete, f1.id.as_str()),
-                (ChangeOp::Upsert, v0.id.as_str())
-            ],
+            history_of_kccc(&c).await,
+            vec![(ChangeOp::Upsert, l.id), (ChangeOp::Delete, f1.id), (ChangeOp::Upsert, v0.id)],
             "{label}: R's history, newest first: L, F1's removal, the first version (F2 found R removed)"
         );
     }
@@ -1699,22 +1720,10 @@ async fn a_delete_after_a_filter_removed_a_version_that_a_later_upsert_is_still_
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sweep_keeps_a_later_entrys_tombstone_that_a_pending_delete_below_it_still_needs() {
     for backend in common::backends() {
-        let label = format!("{backend:?}");
-        let inner = common::store(backend);
-        let names = Names::new(&common::unique_name("horizon"), None, None).unwrap();
-        let mut opts = options();
-        opts.history = HistoryOptions::on();
-        opts.wal.tombstone_grace = Duration::ZERO;
-        let c = open(inner.clone(), &names, opts).await;
-        add_index_until_active(&c, "country", &label).await;
-        let version = |country: &str| {
-            let mut r = in_shard(3, "KCCC", "CCC", "Charlie field");
-            r.insert("country".into(), json!(country));
-            r
-        };
-        let v0 = c.upsert(version("US"), true).await.unwrap();
+        let (label, _, _, _, c) = history_catalog(backend, "horizon", |o| o.wal.tombstone_grace = Duration::ZERO).await;
+        let v0 = c.upsert(kccc("US"), true).await.unwrap();
         let del = c.delete(f("country", "US"), false).await.unwrap();
-        let l = c.upsert(version("MX"), false).await.unwrap();
+        let l = c.upsert(kccc("MX"), false).await.unwrap();
         assert!(id(&del) < id(&l), "{label}: F < L");
         within(&format!("{label}: L applies"), c.applier().apply_shard(ShardId::new(3).unwrap())).await.unwrap();
         assert!(c.wal().is_pending(ShardId::ZERO, &id(&del)).await.unwrap(), "{label}: F is pending");
@@ -1723,17 +1732,11 @@ async fn a_sweep_keeps_a_later_entrys_tombstone_that_a_pending_delete_below_it_s
         assert_eq!(swept.applied, 0, "{label}: {swept:?}");
         drain(&[&c], &label).await;
 
-        assert_eq!(c.query_all(&f("icao", "KCCC")).await.unwrap(), vec![version("MX")], "{label}: R is L's version");
+        assert_eq!(c.query_all(&f("icao", "KCCC")).await.unwrap(), vec![kccc("MX")], "{label}: R is L's version");
         verify_clean(&c, &label).await;
-        let history = c.history("icao", "KCCC", 100, None).await.unwrap().history;
-        let rows: Vec<(ChangeOp, &str)> = history.iter().map(|e| (e.op, e.wal_id.as_str())).collect();
         assert_eq!(
-            rows,
-            vec![
-                (ChangeOp::Upsert, l.id.as_str()),
-                (ChangeOp::Delete, del.id.as_str()),
-                (ChangeOp::Upsert, v0.id.as_str())
-            ],
+            history_of_kccc(&c).await,
+            vec![(ChangeOp::Upsert, l.id), (ChangeOp::Delete, del.id), (ChangeOp::Upsert, v0.id)],
             "{label}: R's history, newest first: L, F's removal of the US version, the US version"
         );
     }

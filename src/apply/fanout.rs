@@ -125,30 +125,23 @@ impl Applier {
                 }
                 return Ok(());
             }
-            // Written by this entry under an older schema (a re-application): written again
-            // under this one, so an applier still on the older schema meets it (seed 5327).
+            // An older owner row is replaced. So is this entry's own, written under an older
+            // schema (a re-application): written again under this one, so that an applier
+            // still on the older schema meets it (simulator seed 5327).
+            let older = current_meta.as_ref().is_none_or(|m| m.wal_id.as_str() < id.as_str());
             let upgrade =
                 current_meta.as_ref().is_some_and(|m| m.wal_id == id.as_str() && m.schema_version < schema.version());
-            if upgrade {
-                let mut properties = record::to_properties(record, id.as_str());
-                record::set_schema_version(&mut properties, schema.version());
-                let entity = Entity { partition_key: owner.clone(), row_key: rk.clone(), etag: None, properties };
-                let tag = current.as_ref().and_then(|e| e.etag.clone()).map_or(IfMatch::Any, IfMatch::Etag);
-                match self.store.replace(table, &entity, &tag).await {
-                    Ok(tag) => self.rows.put(&owner, &rk, tag, id.as_str()),
-                    Err(StoreError::PreconditionFailed(_) | StoreError::NotFound(_)) => continue,
-                    Err(e) => return Err(e.into()),
-                }
-            }
-            if current_meta.as_ref().is_none_or(|m| m.wal_id.as_str() < id.as_str()) {
-                let stored = current.as_ref().zip(current_meta.as_ref()).map(|(e, m)| record::payload(e, m));
-                let earlier = versions[..versions.len() - 1].iter().map(|(_, r)| *r);
-                let moved = moved_partitions(schema, &keys, stored.iter().chain(earlier));
-                if !moved.is_empty() {
-                    let rows: Vec<(String, String)> = moved.iter().map(|pk| (pk.clone(), rk.clone())).collect();
-                    self.index_tombstones(id, rows.iter()).await?;
-                    let tombstones = moved.into_iter().map(|pk| (pk, rk.clone(), id, RowWrite::Tombstone(record)));
-                    self.write_rows(tombstones.collect(), schema.version()).await?;
+            if older || upgrade {
+                if older {
+                    let stored = current.as_ref().zip(current_meta.as_ref()).map(|(e, m)| record::payload(e, m));
+                    let earlier = versions[..versions.len() - 1].iter().map(|(_, r)| *r);
+                    let moved = moved_partitions(schema, &keys, stored.iter().chain(earlier));
+                    if !moved.is_empty() {
+                        let rows: Vec<(String, String)> = moved.iter().map(|pk| (pk.clone(), rk.clone())).collect();
+                        self.index_tombstones(id, rows.iter()).await?;
+                        let tombstones = moved.into_iter().map(|pk| (pk, rk.clone(), id, RowWrite::Tombstone(record)));
+                        self.write_rows(tombstones.collect(), schema.version()).await?;
+                    }
                 }
                 let mut properties = record::to_properties(record, id.as_str());
                 record::set_schema_version(&mut properties, schema.version());

@@ -140,14 +140,14 @@ impl IndexJob {
             }
         }
         let n = writes.len() as u64;
-        let rows: Vec<_> =
-            writes.iter().map(|(pk, rk, id, rec)| (pk.clone(), rk.clone(), id, RowWrite::Live(rec))).collect();
-        match applier.write_rows(rows.clone(), applier.schema().version()).await {
+        let rows =
+            || writes.iter().map(|(pk, rk, id, rec)| (pk.clone(), rk.clone(), id, RowWrite::Live(rec))).collect();
+        match applier.write_rows(rows(), applier.schema().version()).await {
             // A row written under a newer schema (an index change since this step began):
             // write again with it (every write is fenced).
             Err(Error::SchemaChanged(version)) => {
                 applier.ensure_schema(version).await?;
-                applier.write_rows(rows, applier.schema().version()).await?;
+                applier.write_rows(rows(), applier.schema().version()).await?;
             }
             other => other?,
         }

@@ -55,16 +55,23 @@ impl JobRunner for Halves {
 
 async fn setup(flaky: u32, poison: Option<u64>) -> (Arc<dyn Store>, Arc<Jobs>, Dispatcher) {
     let store: Arc<dyn Store> = Arc::new(LocalStore::in_memory().unwrap());
+    let (jobs, d) = setup_on(store.clone(), Halves { flaky, poison, ..Halves::default() }, 3).await;
+    (store, jobs, d)
+}
+
+/// The job table and queues on `store`, jobs of `runner`, and a dispatcher that poisons after
+/// `max_dequeue_count` deliveries.
+async fn setup_on(store: Arc<dyn Store>, runner: Halves, max_dequeue_count: u32) -> (Arc<Jobs>, Dispatcher) {
     store.create_table("jobswal").await.unwrap();
     for q in ["scan", "scan-poison"] {
         store.create_queue(q).await.unwrap();
     }
-    let runner = Arc::new(Halves { flaky, poison, ..Halves::default() });
+    let runner = Arc::new(runner);
     let jobs = Arc::new(Jobs::new(store.clone(), "jobswal".into(), "scan".into()).with_runner(JobKind::Verify, runner));
-    let policy = QueuePolicy { max_dequeue_count: 3, retry_delay: Duration::ZERO, ..QueuePolicy::host() };
+    let policy = QueuePolicy { max_dequeue_count, retry_delay: Duration::ZERO, ..QueuePolicy::host() };
     let d = Dispatcher::new(store.clone(), "scan".into(), "scan-poison".into(), Arc::new(JobHandler(jobs.clone())))
         .with_policy(policy);
-    (store, jobs, d)
+    (jobs, d)
 }
 
 /// Delivers every message, `copies` times each (a redelivery of the same text), until the
@@ -182,15 +189,7 @@ async fn a_work_item_rerun_after_its_counters_were_stored_counts_once() {
     let local: Arc<dyn Store> = Arc::new(LocalStore::in_memory().unwrap());
     let faults = Arc::new(FaultStore::new(local, 7));
     let store: Arc<dyn Store> = faults.clone();
-    store.create_table("jobswal").await.unwrap();
-    for q in ["scan", "scan-poison"] {
-        store.create_queue(q).await.unwrap();
-    }
-    let runner = Arc::new(Halves::default());
-    let jobs = Arc::new(Jobs::new(store.clone(), "jobswal".into(), "scan".into()).with_runner(JobKind::Verify, runner));
-    let policy = QueuePolicy { max_dequeue_count: 100, retry_delay: Duration::ZERO, ..QueuePolicy::host() };
-    let d = Dispatcher::new(store.clone(), "scan".into(), "scan-poison".into(), Arc::new(JobHandler(jobs.clone())))
-        .with_policy(policy);
+    let (jobs, d) = setup_on(store.clone(), Halves::default(), 100).await;
     let job = jobs.start(JobKind::Verify, json!({"size": 200})).await.unwrap();
     faults.add(Rule::new(&[OpKind::Delete], Trigger::Probability(0.5), Fault::Fail(unavailable())).on("jobswal"));
     let out = drain(store.as_ref(), &d, 1).await;
@@ -213,15 +212,7 @@ async fn a_rerun_that_discovers_other_items_leaves_no_item_outstanding_without_a
     let local: Arc<dyn Store> = Arc::new(LocalStore::in_memory().unwrap());
     let faults = Arc::new(FaultStore::new(local, 7));
     let store: Arc<dyn Store> = faults.clone();
-    store.create_table("jobswal").await.unwrap();
-    for q in ["scan", "scan-poison"] {
-        store.create_queue(q).await.unwrap();
-    }
-    let runner = Arc::new(Halves { drift: true, ..Halves::default() });
-    let jobs = Arc::new(Jobs::new(store.clone(), "jobswal".into(), "scan".into()).with_runner(JobKind::Verify, runner));
-    let policy = QueuePolicy { max_dequeue_count: 100, retry_delay: Duration::ZERO, ..QueuePolicy::host() };
-    let d = Dispatcher::new(store.clone(), "scan".into(), "scan-poison".into(), Arc::new(JobHandler(jobs.clone())))
-        .with_policy(policy);
+    let (jobs, d) = setup_on(store.clone(), Halves { drift: true, ..Halves::default() }, 100).await;
     let job = jobs.start(JobKind::Verify, json!({"size": 100})).await.unwrap();
     // The root's first child is recorded as outstanding; its enqueue fails.
     faults.add(Rule::new(&[OpKind::PutMessage], Trigger::Nth(1), Fault::Fail(unavailable())).on("scan"));
