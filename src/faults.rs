@@ -80,7 +80,9 @@ mod enabled {
         }
         let hook = HOOK.read().ok().and_then(|h| h.clone());
         if hook.is_some_and(|h| h(name)) {
-            return Err(Error::Store(StoreError::Unavailable(format!("injected crash at {name}"))));
+            // Not transient: a crash ends the pass (no in-pass retry); the process's
+            // next pass, hint or sweep goes on from what the store holds.
+            return Err(Error::Store(StoreError::Other(format!("injected crash at {name}"))));
         }
         Ok(())
     }

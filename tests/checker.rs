@@ -617,6 +617,8 @@ async fn check(backend: common::Backend, run: Run) {
     let reads: Arc<Mutex<Vec<Read>>> = Arc::new(Mutex::new(Vec::new()));
     let progress = {
         let history = history.clone();
+        // The operator's instance has no faults injected.
+        let watcher = operator_instance.clone().unwrap_or_else(|| catalogs[0].clone());
         let mut stop = stop_rx.clone();
         tokio::spawn(async move {
             let mut last = 0;
@@ -627,8 +629,13 @@ async fn check(backend: common::Backend, run: Run) {
                 }
                 let done = history.lock().unwrap().len();
                 if done != last {
+                    // Pending entries per shard (shard 0 holds every filter entry).
+                    let backlog = match watcher.wal().backlog().await {
+                        Ok(b) => b.iter().map(|s| s.pending.to_string()).collect::<Vec<_>>().join("/"),
+                        Err(e) => format!("unknown ({e})"),
+                    };
                     eprintln!(
-                        "checker {backend:?} seed {seed} shards {shards}: {done}/{ops} ops after {:.0} s",
+                        "checker {backend:?} seed {seed} shards {shards}: {done}/{ops} ops after {:.0} s (pending by shard {backlog})",
                         started.elapsed().as_secs_f64()
                     );
                     last = done;

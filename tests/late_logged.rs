@@ -41,7 +41,7 @@ use table_catalog::query::Filter;
 use table_catalog::record::Record;
 use table_catalog::schema::IndexState;
 use table_catalog::server::ServeOptions;
-use table_catalog::store::fault::{unavailable, Fault, FaultStore, Gate, OpKind, Rule, Trigger};
+use table_catalog::store::fault::{Fault, FaultStore, Gate, OpKind, Rule, Trigger};
 use table_catalog::store::layer::{Call, Layer, LayeredStore, Returned};
 use table_catalog::store::{
     BatchOp, ETag, Entity, IfMatch, Page, PartitionRange, QueueStore, ReceivedMessage, RowRange, Store, StoreError,
@@ -66,6 +66,14 @@ fn options() -> CatalogOptions {
     o.wal.shards = SHARDS;
     o.wal.lease_duration = Duration::from_secs(10);
     o
+}
+
+/// A failure that ends an apply pass where it happens, leaving the entry pending: not
+/// transient, because a transient one is retried within the pass (`Applier::apply_entries`).
+/// It stands for the process stopping there (a crash, a lost lease, retries exhausted), so
+/// that something can happen between two attempts of one entry.
+fn pass_ends() -> StoreError {
+    StoreError::Other("injected: the apply pass stops here".into())
 }
 
 fn f(field: &str, value: &str) -> Filter {
@@ -1083,10 +1091,7 @@ async fn an_upsert_applied_once_then_stamped_keeps_one_history_row() {
         assert_eq!(up.shard, Some(shard), "{label}: U is logged in shard 3");
         assert!(id(&up) < id(&del), "{label}: U's id {} is below F's {}", up.id, del.id);
         // U's group is written; removing it from the pending partition (a batch) fails.
-        slow.add(
-            Rule::new(&[OpKind::Batch], Trigger::Nth(1), Fault::Fail(StoreError::Unavailable("test".into())))
-                .on(&names.wal_table),
-        );
+        slow.add(Rule::new(&[OpKind::Batch], Trigger::Nth(1), Fault::Fail(pass_ends())).on(&names.wal_table));
         let first = within(&format!("{label}: U's first pass"), a.applier().apply_shard(shard)).await;
         assert!(first.is_err(), "{label}: U's first pass fails at the removal: {first:?}");
         let rows = b.history("icao", "KRRR", 100, None).await.unwrap().history;
@@ -1334,7 +1339,7 @@ impl Layer for FailAfterCommit {
             write && call.target.to_lowercase() == self.table && call.partition_key == Some(self.partition.as_str());
         let result = attempt().await;
         if ours && result.is_ok() && self.armed.swap(false, Ordering::SeqCst) {
-            return Err(StoreError::Unavailable("committed, then failed (test)".into()));
+            return Err(pass_ends());
         }
         result
     }
@@ -1447,8 +1452,7 @@ async fn a_delete_retried_after_its_partition_stopped_showing_the_record_complet
 
         let del = a.delete(f("country", "US"), false).await.unwrap();
         // Each tombstone replaces a live row: the first replace commits and answers 503.
-        faulty
-            .add(Rule::new(&[OpKind::Replace], Trigger::Nth(1), Fault::CommitThenFail(unavailable())).on(&names.table));
+        faulty.add(Rule::new(&[OpKind::Replace], Trigger::Nth(1), Fault::CommitThenFail(pass_ends())).on(&names.table));
         let failed = a.applier().apply_shard(ShardId::ZERO).await;
         assert!(failed.is_err(), "{label}: D's first attempt fails after its first tombstone: {failed:?}");
         let schema = b.schema();
@@ -1508,7 +1512,7 @@ async fn a_row_of_a_dropped_index_whose_removal_failed_is_removed_by_the_next_ch
         assert_eq!(seen, Some(IndexState::Dropping), "{label}: A's copy still shows the index dropping");
 
         let up = a.upsert(r("CA"), false).await.unwrap();
-        faulty.add(Rule::new(&[OpKind::Delete], Trigger::Nth(1), Fault::Fail(unavailable())).on(&names.table));
+        faulty.add(Rule::new(&[OpKind::Delete], Trigger::Nth(1), Fault::Fail(pass_ends())).on(&names.table));
         let failed = a.applier().apply_shard(up.shard.unwrap()).await;
         assert!(failed.is_err(), "{label}: A's check after the writes fails: {failed:?}");
         drain(&[&b], &label).await; // B applies the entry again: nothing of `country`
@@ -1563,10 +1567,7 @@ async fn a_delete_through_a_dropped_index_retried_after_the_drop_records_its_rem
         // D's first attempt, through an instance whose history write fails (not written).
         let identity = common::airports_schema().record_keys(&r("US")).unwrap().row_key;
         let failing = Arc::new(FaultStore::new(inner.clone(), 1));
-        failing.add(
-            Rule::new(&[OpKind::Insert], Trigger::Nth(1), Fault::Fail(StoreError::Unavailable("test".into())))
-                .on(&names.history_table),
-        );
+        failing.add(Rule::new(&[OpKind::Insert], Trigger::Nth(1), Fault::Fail(pass_ends())).on(&names.history_table));
         let x = open(failing, &names, opts).await;
         let first = within(&format!("{label}: D's first attempt"), x.applier().apply_shard(ShardId::ZERO)).await;
         assert!(first.is_err(), "{label}: D's first attempt fails at R's history row: {first:?}");

@@ -151,7 +151,7 @@ impl Applier {
                     None => self.store.insert(table, &entity).await,
                 };
                 match written {
-                    Ok(tag) => self.rows.put(&owner, &rk, tag, id.as_str()),
+                    Ok(tag) => self.rows.put(&owner, &rk, tag, id.as_str(), schema.version()),
                     Err(StoreError::PreconditionFailed(_) | StoreError::AlreadyExists(_) | StoreError::NotFound(_)) => {
                         continue
                     }
@@ -249,18 +249,25 @@ impl Applier {
     async fn put_row_fenced(&self, entity: &Entity, id: &str) -> Result<()> {
         let table = &self.catalog_table;
         let (pk, rk) = (&entity.partition_key, &entity.row_key);
-        if let Some((tag, seen)) = self.rows.get(pk, rk) {
-            if seen.as_str() > id {
+        let mine = RowMeta::of(entity).schema_version;
+        if let Some(seen) = self.rows.get(pk, rk) {
+            if seen.wal_id.as_str() > id {
                 return Ok(()); // written by a newer entry
             }
-            if seen.as_str() == id {
-                // Written by this entry already, maybe under an older schema: the read below
-                // tells (a re-application, rare).
+            if seen.wal_id.as_str() == id {
+                if seen.schema_version >= mine {
+                    // Written by this entry already (a group applied again after a 503),
+                    // under this schema or a newer one: as the read below would find it,
+                    // had it been made when the row was written.
+                    return Ok(());
+                }
+                // Written by this entry under an older schema: the read below tells whether
+                // it must be written again (a re-application after a schema change).
                 return self.put_row_slow(entity, id, false).await;
             }
-            match self.store.replace(table, entity, &IfMatch::Etag(tag)).await {
+            match self.store.replace(table, entity, &IfMatch::Etag(seen.etag)).await {
                 Ok(tag) => {
-                    self.rows.put(pk, rk, tag, id);
+                    self.rows.put(pk, rk, tag, id, mine);
                     return Ok(());
                 }
                 Err(StoreError::PreconditionFailed(_) | StoreError::NotFound(_)) => self.rows.forget(pk, rk),
@@ -272,7 +279,7 @@ impl Applier {
             match self.store.insert(table, entity).await {
                 Ok(tag) => {
                     self.existence.note(false);
-                    self.rows.put(pk, rk, tag, id);
+                    self.rows.put(pk, rk, tag, id, mine);
                     return Ok(());
                 }
                 Err(StoreError::AlreadyExists(_)) => self.existence.note(true),
@@ -297,7 +304,7 @@ impl Applier {
             let Some(current) = found else {
                 match self.store.insert(table, entity).await {
                     Ok(tag) => {
-                        self.rows.put(pk, rk, tag, id);
+                        self.rows.put(pk, rk, tag, id, RowMeta::of(entity).schema_version);
                         return Ok(());
                     }
                     Err(StoreError::AlreadyExists(_)) => continue,
@@ -323,12 +330,12 @@ impl Applier {
             // schema its record's rows follow (an applier still on the older one then meets
             // it and re-reads the schema; simulator seed 5327).
             if current_id.as_str() > id || (current_id.as_str() == id && current_meta.schema_version >= mine) {
-                self.rows.put(pk, rk, tag, &current_id);
+                self.rows.put(pk, rk, tag, &current_id, current_meta.schema_version);
                 return Ok(());
             }
             match self.store.replace(table, entity, &IfMatch::Etag(tag)).await {
                 Ok(tag) => {
-                    self.rows.put(pk, rk, tag, id);
+                    self.rows.put(pk, rk, tag, id, mine);
                     return Ok(());
                 }
                 Err(StoreError::PreconditionFailed(_) | StoreError::NotFound(_)) => continue,

@@ -110,6 +110,23 @@ enum Flow {
     Restart,
 }
 
+/// What applying one group did ([`Applier::apply_group`]).
+enum Step {
+    /// The group (this many entries) is applied, checkpointed and no longer pending.
+    Applied(usize),
+    /// Apply the same group again (it met a row written under a newer schema, now adopted).
+    Again,
+    /// The page ends here.
+    End(Flow),
+}
+
+/// First delay before a group that failed transiently is applied again within its pass.
+const GROUP_RETRY_MIN: std::time::Duration = std::time::Duration::from_millis(1);
+/// Longest delay between such attempts.
+const GROUP_RETRY_MAX: std::time::Duration = std::time::Duration::from_millis(50);
+/// Most attempts of one group after a transient failure, within one pass.
+const GROUP_RETRIES: usize = 10;
+
 /// Longest run of upserts applied together.
 const UPSERT_RUN: usize = 64;
 /// Pending entries read per request while draining (two groups of upserts).
@@ -431,6 +448,14 @@ impl Applier {
     /// one page, read from the store before this call: a barrier check that passes clears
     /// the filter entries of the page below the low watermark it saw, and only those
     /// ([`barrier::PageClearance`]).
+    ///
+    /// A group that fails transiently (a 503 the store's own retries did not absorb) is tried
+    /// again here, after a backoff ([`GROUP_RETRY_MIN`] doubling to [`GROUP_RETRY_MAX`], at
+    /// most [`GROUP_RETRIES`] times, never past `deadline`): applying is idempotent, and the
+    /// lease and the page's clearance still hold, so the retry costs the group's own requests
+    /// instead of a new pass with its page read and barrier. Shard 0 applies every filter
+    /// entry in one serial path, and a pass ended at every 503 made that path the
+    /// bottleneck of the randomized checker's long runs (docs/RELIABILITY.md, "Long runs").
     async fn apply_entries(
         &self,
         entries: &[WalEntry],
@@ -438,92 +463,128 @@ impl Applier {
         deadline: Instant,
         nested: bool,
     ) -> Result<(usize, Flow)> {
-        let shard = lease.shard();
         let mut clearance = barrier::PageClearance::default();
         let mut i = 0;
+        let mut retries = None;
         while i < entries.len() {
             if !self.wal.keep_lease(lease).await? {
                 return Ok((i, Flow::LeaseLost));
             }
-            let run = entries[i..].iter().take(UPSERT_RUN).take_while(|e| matches!(e.op, Op::Upsert { .. })).count();
-            let group = &entries[i..i + run.max(1)];
-            if run == 0 {
-                if nested {
-                    return Ok((i, Flow::Stopped));
+            match self.apply_group(&entries[i..], &mut clearance, lease, deadline, nested).await {
+                Ok(Step::Applied(n)) => {
+                    i += n;
+                    retries = None;
                 }
-                if !clearance.covers(group[0].effective()) {
-                    match self.barrier(shard, &entries[i..], lease, deadline).await? {
-                        barrier::Passed::Yes { cleared } => clearance.passed(cleared),
-                        barrier::Passed::NotYet => return Ok((i, Flow::Stopped)),
-                        barrier::Passed::LeaseLost => return Ok((i, Flow::LeaseLost)),
-                        barrier::Passed::Restart => return Ok((i, Flow::Restart)),
-                    }
-                } else if !self.seal_own(shard, &entries[i..]).await? {
-                    return Ok((i, Flow::Restart));
+                Ok(Step::Again) => {}
+                Ok(Step::End(flow)) => return Ok((i, flow)),
+                Err(e) if e.is_transient() => {
+                    let delays = retries.get_or_insert_with(|| {
+                        use backon::BackoffBuilder;
+                        crate::env::backoff(GROUP_RETRY_MIN, GROUP_RETRY_MAX, GROUP_RETRIES).build()
+                    });
+                    let Some(delay) = delays.next().filter(|d| crate::env::now() + *d < deadline) else {
+                        return Err(e);
+                    };
+                    tracing::debug!(wal_id = %entries[i].id, error = %e, ?delay, "group failed transiently: applying it again");
+                    crate::env::sleep(delay).await;
                 }
-                if let Op::Schema { version } = group[0].op {
-                    match self.fence(shard, version, lease, deadline).await? {
-                        barrier::Passed::Yes { .. } => {}
-                        barrier::Passed::NotYet => return Ok((i, Flow::Stopped)),
-                        barrier::Passed::LeaseLost => return Ok((i, Flow::LeaseLost)),
-                        barrier::Passed::Restart => return Ok((i, Flow::Restart)),
-                    }
-                }
+                Err(e) => return Err(e),
             }
-            let result = if run > 0 { self.apply_upserts(group).await } else { self.apply_filtered(&group[0]).await };
-            if result.is_err() {
-                // Rows of a dropping index this failed attempt may have written (a write that
-                // committed and answered an error, say) are checked now: the retry may come
-                // after the drop's job finished, and would not write them again.
-                self.settle_dropping().await?;
-            }
-            match result {
-                Ok(()) => {}
-                // A row this group met was written under a newer schema: apply the group
-                // again with it (every write is fenced, so what this attempt wrote stays
-                // right; docs/ARCHITECTURE.md, "Order", step 10).
-                Err(Error::SchemaChanged(version)) => {
-                    tracing::debug!(version, wal_id = %group[0].id, "a row was written under a newer schema: applying the group again with it");
-                    self.ensure_schema(version).await?;
-                    if self.schema().version() < version {
-                        return Err(Error::SchemaMismatch(format!(
-                            "a catalog row was written under schema version {version}, above the catalog's schema row ({})",
-                            self.schema().version()
-                        )));
-                    }
-                    continue;
-                }
-                // Transient, or a fault of the environment (a missing table, 403): retried by
-                // the next hint or sweep, never buried.
-                Err(e) if !e.is_input_fault() => return Err(e),
-                // The input's own fault: find the entry (or entries) that cause it and move
-                // them aside, so the rest of the log keeps flowing.
-                Err(e) if group.len() == 1 => {
-                    self.bury(&group[0].to_entity(&shard.partition()), &e.to_string()).await?
-                }
-                Err(_) => {
-                    for entry in group {
-                        let one = std::slice::from_ref(entry);
-                        if let Err(e) = self.apply_upserts(one).await {
-                            if !e.is_input_fault() {
-                                return Err(e);
-                            }
-                            self.bury(&entry.to_entity(&shard.partition()), &e.to_string()).await?;
-                        }
-                    }
-                }
-            }
-            // Checkpoint first, then remove: an entry that is no longer pending is then always
-            // at or below the checkpoint, so `wal_state` can tell applied from unknown.
-            faults::point("before_checkpoint")?;
-            if let Some(last) = group.iter().map(|e| &e.id).max() {
-                self.wal.advance_checkpoint(shard, last).await?;
-            }
-            faults::point("before_remove_applied")?;
-            self.remove_pending(shard, group).await?;
-            i += group.len();
         }
         Ok((i, Flow::Done))
+    }
+
+    /// Applies the first group of `entries` (a run of up to [`UPSERT_RUN`] upserts, or one
+    /// other entry after its barrier), checkpoints it and removes it from the pending
+    /// partition. `entries` is the rest of the page.
+    async fn apply_group(
+        &self,
+        entries: &[WalEntry],
+        clearance: &mut barrier::PageClearance,
+        lease: &mut Lease,
+        deadline: Instant,
+        nested: bool,
+    ) -> Result<Step> {
+        let shard = lease.shard();
+        let run = entries.iter().take(UPSERT_RUN).take_while(|e| matches!(e.op, Op::Upsert { .. })).count();
+        let group = &entries[..run.max(1)];
+        let ended = |passed: barrier::Passed| match passed {
+            barrier::Passed::Yes { .. } => None,
+            barrier::Passed::NotYet => Some(Step::End(Flow::Stopped)),
+            barrier::Passed::LeaseLost => Some(Step::End(Flow::LeaseLost)),
+            barrier::Passed::Restart => Some(Step::End(Flow::Restart)),
+        };
+        if run == 0 {
+            if nested {
+                return Ok(Step::End(Flow::Stopped));
+            }
+            if !clearance.covers(group[0].effective()) {
+                let passed = self.barrier(shard, entries, lease, deadline).await?;
+                if let barrier::Passed::Yes { cleared } = &passed {
+                    clearance.passed(cleared.clone());
+                }
+                if let Some(end) = ended(passed) {
+                    return Ok(end);
+                }
+            } else if !self.seal_own(shard, entries).await? {
+                return Ok(Step::End(Flow::Restart));
+            }
+            if let Op::Schema { version } = group[0].op {
+                if let Some(end) = ended(self.fence(shard, version, lease, deadline).await?) {
+                    return Ok(end);
+                }
+            }
+        }
+        let result = if run > 0 { self.apply_upserts(group).await } else { self.apply_filtered(&group[0]).await };
+        if result.is_err() {
+            // Rows of a dropping index this failed attempt may have written (a write that
+            // committed and answered an error, say) are checked now: the retry may come
+            // after the drop's job finished, and would not write them again.
+            self.settle_dropping().await?;
+        }
+        match result {
+            Ok(()) => {}
+            // A row this group met was written under a newer schema: apply the group
+            // again with it (every write is fenced, so what this attempt wrote stays
+            // right; docs/ARCHITECTURE.md, "Order", step 10).
+            Err(Error::SchemaChanged(version)) => {
+                tracing::debug!(version, wal_id = %group[0].id, "a row was written under a newer schema: applying the group again with it");
+                self.ensure_schema(version).await?;
+                if self.schema().version() < version {
+                    return Err(Error::SchemaMismatch(format!(
+                        "a catalog row was written under schema version {version}, above the catalog's schema row ({})",
+                        self.schema().version()
+                    )));
+                }
+                return Ok(Step::Again);
+            }
+            // Transient, or a fault of the environment (a missing table, 403): retried by
+            // the caller, the next hint or sweep, never buried.
+            Err(e) if !e.is_input_fault() => return Err(e),
+            // The input's own fault: find the entry (or entries) that cause it and move
+            // them aside, so the rest of the log keeps flowing.
+            Err(e) if group.len() == 1 => self.bury(&group[0].to_entity(&shard.partition()), &e.to_string()).await?,
+            Err(_) => {
+                for entry in group {
+                    let one = std::slice::from_ref(entry);
+                    if let Err(e) = self.apply_upserts(one).await {
+                        if !e.is_input_fault() {
+                            return Err(e);
+                        }
+                        self.bury(&entry.to_entity(&shard.partition()), &e.to_string()).await?;
+                    }
+                }
+            }
+        }
+        // Checkpoint first, then remove: an entry that is no longer pending is then always
+        // at or below the checkpoint, so `wal_state` can tell applied from unknown.
+        faults::point("before_checkpoint")?;
+        if let Some(last) = group.iter().map(|e| &e.id).max() {
+            self.wal.advance_checkpoint(shard, last).await?;
+        }
+        faults::point("before_remove_applied")?;
+        self.remove_pending(shard, group).await?;
+        Ok(Step::Applied(group.len()))
     }
 
     /// Removes applied entries from the shard's pending partition (already-removed ones are

@@ -1,6 +1,8 @@
 //! What the applier last saw of catalog rows it wrote: `(PartitionKey, RowKey)` → (ETag,
-//! WAL id of the write). It turns the update of a row this process wrote or read before into
-//! one conditional replace instead of insert, 409, read and replace.
+//! WAL id of the write, schema version it was written under). It turns the update of a row
+//! this process wrote or read before into one conditional replace instead of insert, 409,
+//! read and replace, and lets an entry applied again in the same process (a group retried
+//! after a 503) skip the rows it already wrote under its schema.
 //!
 //! Only a hint: a stale entry costs a failed conditional write (412 or 404) and the slow
 //! path; it can never make a write go through that fencing would refuse, because every
@@ -20,8 +22,19 @@ use crate::store::ETag;
 pub const GENERATION: usize = 32_768;
 
 type Key = (String, String);
-/// One generation: row → (ETag, WAL id).
-type Generation = HashMap<Key, (ETag, String)>;
+/// What was seen of a row.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Seen {
+    /// Its ETag then.
+    pub etag: ETag,
+    /// The (effective) WAL id of the entry that wrote it.
+    pub wal_id: String,
+    /// The schema version it was written under ([`crate::record::RowMeta::schema_version`]).
+    pub schema_version: u64,
+}
+
+/// One generation: row → what was seen of it.
+type Generation = HashMap<Key, Seen>;
 
 /// The cache (see the module docs).
 #[derive(Debug, Default)]
@@ -31,20 +44,20 @@ pub struct RowCache {
 }
 
 impl RowCache {
-    /// The last seen ETag and WAL id of a row.
-    pub fn get(&self, pk: &str, rk: &str) -> Option<(ETag, String)> {
+    /// What was last seen of a row.
+    pub fn get(&self, pk: &str, rk: &str) -> Option<Seen> {
         let g = self.gens.lock().unwrap_or_else(|p| p.into_inner());
         let key = (pk.to_string(), rk.to_string());
         g.0.get(&key).or_else(|| g.1.get(&key)).cloned()
     }
 
-    /// Remembers a row's ETag and WAL id.
-    pub fn put(&self, pk: &str, rk: &str, etag: ETag, wal_id: &str) {
+    /// Remembers a row's ETag, WAL id and schema version.
+    pub fn put(&self, pk: &str, rk: &str, etag: ETag, wal_id: &str, schema_version: u64) {
         let mut g = self.gens.lock().unwrap_or_else(|p| p.into_inner());
         if g.0.len() >= GENERATION {
             g.1 = std::mem::take(&mut g.0);
         }
-        g.0.insert((pk.to_string(), rk.to_string()), (etag, wal_id.to_string()));
+        g.0.insert((pk.to_string(), rk.to_string()), Seen { etag, wal_id: wal_id.to_string(), schema_version });
     }
 
     /// Forgets every row.
@@ -69,12 +82,12 @@ mod tests {
     #[test]
     fn remembers_forgets_and_stays_bounded() {
         let c = RowCache::default();
-        c.put("p", "r", ETag("e1".into()), "id1");
-        assert_eq!(c.get("p", "r"), Some((ETag("e1".into()), "id1".into())));
+        c.put("p", "r", ETag("e1".into()), "id1", 2);
+        assert_eq!(c.get("p", "r"), Some(Seen { etag: ETag("e1".into()), wal_id: "id1".into(), schema_version: 2 }));
         c.forget("p", "r");
         assert_eq!(c.get("p", "r"), None);
         for i in 0..(3 * GENERATION) {
-            c.put("p", &i.to_string(), ETag(String::new()), "x");
+            c.put("p", &i.to_string(), ETag(String::new()), "x", 0);
         }
         let g = c.gens.lock().unwrap();
         assert!(g.0.len() + g.1.len() <= 2 * GENERATION);
