@@ -57,7 +57,7 @@ fn schema(redact: bool, key: &str) -> Schema {
 /// connection string; the embedded store is in memory, so its own raw scan.
 fn independent(backend: common::Backend, store: &Arc<dyn Store>) -> Arc<dyn Store> {
     match backend {
-        common::Backend::Local => store.clone(),
+        common::Backend::Local | common::Backend::Simulated => store.clone(),
         common::Backend::Azurite => {
             let cs = std::env::var("TC_TEST_AZURE_CONNECTION").unwrap();
             Arc::new(AzureStore::from_connection_string(&cs).unwrap())

@@ -36,7 +36,7 @@ fn airports(n: usize) -> Vec<Record> {
 
 fn size(backend: Backend) -> usize {
     match backend {
-        Backend::Local => 3_000,
+        Backend::Local | Backend::Simulated => 3_000,
         Backend::Azurite => 600,
     }
 }

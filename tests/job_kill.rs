@@ -24,7 +24,7 @@ const KEYS: &str = "icao,iata,lid";
 /// (Azurite answers each query more slowly, so it needs fewer).
 fn records(backend: Backend) -> usize {
     match backend {
-        Backend::Local => 1500,
+        Backend::Local | Backend::Simulated => 1500,
         Backend::Azurite => 400,
     }
 }
@@ -138,7 +138,7 @@ async fn verify_and_repair_jobs_survive_serve_being_killed_again_and_again() {
     let seed: u64 = std::env::var("TC_JOBKILL_SEED").ok().and_then(|v| v.parse().ok()).unwrap_or(20261125);
     for backend in common::backends() {
         let cs = match backend {
-            Backend::Local => None,
+            Backend::Local | Backend::Simulated => None,
             Backend::Azurite => std::env::var("TC_TEST_AZURE_CONNECTION").ok(),
         };
         let setup = Setup { name: common::unique_name("jobkill"), dir: tempfile::tempdir().unwrap(), cs };

@@ -124,17 +124,29 @@ async fn scenario(backend: common::Backend, then_delete: bool) {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn stale_lease_holder_cannot_restore_an_old_payload() {
-    for backend in common::backends() {
-        scenario(backend, false).await;
-    }
+    let _sim = common::simulated();
+    scenario(common::Backend::Simulated, false).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stale_lease_holder_cannot_restore_an_old_payload_on_azurite() {
+    if let Some(azurite) = common::azurite() {
+        scenario(azurite, false).await;
+    }
+}
+
+#[tokio::test(start_paused = true)]
 async fn stale_lease_holder_cannot_resurrect_a_deleted_record() {
-    for backend in common::backends() {
-        scenario(backend, true).await;
+    let _sim = common::simulated();
+    scenario(common::Backend::Simulated, true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stale_lease_holder_cannot_resurrect_a_deleted_record_on_azurite() {
+    if let Some(azurite) = common::azurite() {
+        scenario(azurite, true).await;
     }
 }
 
@@ -192,10 +204,16 @@ async fn late_tombstone_scenario(backend: common::Backend) {
     assert!(verify::scan_all(inner.as_ref(), &names.table).await.unwrap().is_empty());
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn regression_tombstone_applied_from_a_backlog_outlives_a_stale_lease_holder() {
-    for backend in common::backends() {
-        late_tombstone_scenario(backend).await;
+    let _sim = common::simulated();
+    late_tombstone_scenario(common::Backend::Simulated).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn regression_tombstone_applied_from_a_backlog_outlives_a_stale_lease_holder_on_azurite() {
+    if let Some(azurite) = common::azurite() {
+        late_tombstone_scenario(azurite).await;
     }
 }
 
@@ -244,10 +262,16 @@ async fn lease_lost_mid_page_scenario(backend: common::Backend) {
     assert_eq!(report.records, 200, "{backend:?}");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn regression_applier_losing_its_lease_mid_page_keeps_the_groups_it_applied() {
-    for backend in common::backends() {
-        lease_lost_mid_page_scenario(backend).await;
+    let _sim = common::simulated();
+    lease_lost_mid_page_scenario(common::Backend::Simulated).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn regression_applier_losing_its_lease_mid_page_keeps_the_groups_it_applied_on_azurite() {
+    if let Some(azurite) = common::azurite() {
+        lease_lost_mid_page_scenario(azurite).await;
     }
 }
 

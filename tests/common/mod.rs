@@ -22,6 +22,9 @@ use table_catalog::store::Store;
 pub enum Backend {
     Local,
     Azurite,
+    /// The in-memory store under simulated time, for tests of logic that wait on leases,
+    /// deadlines or grace periods: see [`simulated`].
+    Simulated,
 }
 
 /// The backends this run tests: the embedded store, and Azurite when the run has it (else
@@ -38,11 +41,34 @@ pub fn backends() -> Vec<Backend> {
 pub fn store(backend: Backend) -> Arc<dyn Store> {
     match backend {
         Backend::Local => Arc::new(LocalStore::in_memory().unwrap()),
+        Backend::Simulated => mem_store(),
         Backend::Azurite => {
             let cs = std::env::var("TC_TEST_AZURE_CONNECTION").unwrap();
             Arc::new(AzureStore::from_connection_string(&cs).unwrap())
         }
     }
+}
+
+/// The in-memory store the deterministic simulator uses ([`MemStore`]): for tests of logic
+/// that wait on leases, deadlines or backoff, run under simulated time ([`simulated`]).
+pub fn mem_store() -> Arc<dyn Store> {
+    Arc::new(table_catalog::store::mem::MemStore::new())
+}
+
+/// Makes this thread's environment simulated while the guard lives: time from tokio's
+/// clock, which the test pauses (`#[tokio::test(start_paused = true)]`, a current-thread
+/// runtime), so a wait for a lease to expire takes no real time; randomness from a fixed
+/// seed. Only with [`mem_store`]: the embedded store answers from a thread of its own, and
+/// paused time would run ahead while the runtime waits for it ([`Backend::Simulated`]).
+pub fn simulated() -> table_catalog::env::Simulated {
+    table_catalog::env::simulate(1, 1_798_761_600_000_000)
+}
+
+/// [`Backend::Azurite`] when the run has it (else the running test's Azurite variant is
+/// reported as skipped): for the real-time variant of a test whose embedded variant runs
+/// under simulated time.
+pub fn azurite() -> Option<Backend> {
+    skip::azurite(&format!("{} (Azurite variant)", skip::current_test())).map(|_| Backend::Azurite)
 }
 
 /// A unique catalog name.
