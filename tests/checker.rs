@@ -615,8 +615,14 @@ async fn check(backend: common::Backend, run: Run) {
     let history: Arc<Mutex<Vec<Op>>> = Arc::new(Mutex::new(Vec::new()));
     let refused = Arc::new(AtomicU64::new(0));
     let reads: Arc<Mutex<Vec<Read>>> = Arc::new(Mutex::new(Vec::new()));
+    // What each client is doing, and since when: printed when no operation ended for 60 s,
+    // so a long run that stops making progress says where it waits.
+    let doing: Arc<Vec<Mutex<(&'static str, Instant)>>> =
+        Arc::new((0..clients).map(|_| Mutex::new(("starting", Instant::now()))).collect());
     let progress = {
         let history = history.clone();
+        let doing = doing.clone();
+        let mut stalled_since = Instant::now();
         // The operator's instance has no faults injected.
         let watcher = operator_instance.clone().unwrap_or_else(|| catalogs[0].clone());
         let mut stop = stop_rx.clone();
@@ -628,7 +634,23 @@ async fn check(backend: common::Backend, run: Run) {
                     _ = tokio::time::sleep(Duration::from_secs(30)) => {}
                 }
                 let done = history.lock().unwrap().len();
+                if done == last && stalled_since.elapsed() >= Duration::from_secs(60) {
+                    let states: Vec<String> = doing
+                        .iter()
+                        .enumerate()
+                        .map(|(i, d)| {
+                            let (what, since) = *d.lock().unwrap();
+                            format!("client {i}: {what} for {:.0} s", since.elapsed().as_secs_f64())
+                        })
+                        .collect();
+                    eprintln!(
+                        "checker {backend:?} seed {seed}: no operation ended for {:.0} s at {done}/{ops}: {}",
+                        stalled_since.elapsed().as_secs_f64(),
+                        states.join("; ")
+                    );
+                }
                 if done != last {
+                    stalled_since = Instant::now();
                     // Pending entries per shard (shard 0 holds every filter entry).
                     let backlog = match watcher.wal().backlog().await {
                         Ok(b) => b.iter().map(|s| s.pending.to_string()).collect::<Vec<_>>().join("/"),
@@ -649,8 +671,9 @@ async fn check(backend: common::Backend, run: Run) {
     for client in 0..clients {
         let (u, clock, history, catalogs, refused, reads) =
             (u.clone(), clock.clone(), history.clone(), catalogs.clone(), refused.clone(), reads.clone());
-        let (timeline, added, faulty) = (timeline.clone(), added.clone(), faulty.clone());
+        let (timeline, added, faulty, doing) = (timeline.clone(), added.clone(), faulty.clone(), doing.clone());
         let n = ops / clients + usize::from(client < ops % clients);
+        let now_doing = move |what: &'static str| *doing[client].lock().unwrap() = (what, Instant::now());
         tasks.push(tokio::spawn(async move {
             let mut rng = StdRng::seed_from_u64(seed ^ (client as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15));
             // Reads draw from their own stream, so the operations of a seed stay the same;
@@ -664,9 +687,19 @@ async fn check(backend: common::Backend, run: Run) {
             let mut left = n;
             while left > 0 {
                 let active = timeline.active_fields();
+                now_doing("between operations");
                 if left >= 3 && !active.is_empty() && side.gen_bool(race_share) {
+                    now_doing("a late race (late_race)");
                     let field = active[side.gen_range(0..active.len())];
-                    let ctx = Clients { u: &u, catalogs: &catalogs, faulty: &faulty, clock: &clock, seed, shards };
+                    let ctx = Clients {
+                        u: &u,
+                        catalogs: &catalogs,
+                        faulty: &faulty,
+                        clock: &clock,
+                        seed,
+                        shards,
+                        doing: &now_doing,
+                    };
                     let race = late_race(&ctx, &mut side, client, field).await;
                     added.races.fetch_add(1, Ordering::Relaxed);
                     added.races_late.fetch_add(u64::from(race.late), Ordering::Relaxed);
@@ -679,6 +712,7 @@ async fn check(backend: common::Backend, run: Run) {
                 }
                 let c = &catalogs[rng.gen_range(0..catalogs.len())];
                 if left >= 2 && rng.gen_bool(0.15) {
+                    now_doing("a racing pair (upsert, then delete)");
                     // A race only the barrier decides: an upsert of a record only this client
                     // writes (usually in a shard other than 0, whose lease a hog may be
                     // holding), then at once, through another instance, a delete by a filter
@@ -734,6 +768,7 @@ async fn check(backend: common::Backend, run: Run) {
                     continue;
                 }
                 left -= 1;
+                now_doing("a single write");
                 let wait = rng.gen_bool(0.1);
                 let roll = rng.gen_range(0..100);
                 let kind = match roll {
@@ -824,6 +859,7 @@ async fn check(backend: common::Backend, run: Run) {
                 op.message = message;
                 history.lock().unwrap().push(op);
                 if let Some(r) = read_after {
+                    now_doing("a consistent read after a write");
                     // A consistent read of the record just written, through any instance.
                     let c = &catalogs[read_rng.gen_range(0..catalogs.len())];
                     let read = read_back(&u, c, r, &clock, seed, shards).await;
@@ -1315,6 +1351,8 @@ struct Clients<'a> {
     clock: &'a AtomicU64,
     seed: u64,
     shards: u16,
+    /// Says what the client is doing (the stall report of the progress line).
+    doing: &'a (dyn Fn(&'static str) + Sync),
 }
 
 /// What a late race did.
@@ -1348,7 +1386,7 @@ struct LateRace {
 /// removes R0, and an engine that then lets U's write lose to the delete's newer tombstones
 /// leaves the record absent, which no order explains.
 async fn late_race(ctx: &Clients<'_>, rng: &mut StdRng, client: usize, field: &str) -> LateRace {
-    let Clients { u, catalogs, faulty, clock, seed, shards } = *ctx;
+    let Clients { u, catalogs, faulty, clock, seed, shards, doing } = *ctx;
     let tick = || clock.fetch_add(1, Ordering::SeqCst);
     let at = rng.gen_range(0..catalogs.len());
     let (c, c2) = (&catalogs[at], &catalogs[(at + rng.gen_range(1..catalogs.len().max(2))) % catalogs.len()]);
@@ -1367,10 +1405,12 @@ async fn late_race(ctx: &Clients<'_>, rng: &mut StdRng, client: usize, field: &s
     }
     let mut ops = Vec::new();
     let issued = tick();
+    doing("late race: the first upsert (R0)");
     let result = c.upsert(r0.clone(), false).await;
     let ended = tick();
     let acked = acknowledged(&result, seed, shards);
     ops.push(Op::new(u, Kind::Upsert(r0.clone()), issued, ended, acked, logged_id(&result)));
+    doing("late race: the upsert U until its entry write is held");
 
     let filter = (field.to_string(), value(&r0));
     let gate = Gate::new();
@@ -1384,6 +1424,11 @@ async fn late_race(ctx: &Clients<'_>, rng: &mut StdRng, client: usize, field: &s
         _ = gate.reached(1) => None,
     };
     let f_issued = tick();
+    doing(if returned.is_none() {
+        "late race: the delete (wait), U held"
+    } else {
+        "late race: the delete (wait), U returned"
+    });
     let f_result = c2.delete(Filter::new(vec![filter.clone()]), true).await;
     let f_ended = tick();
     // Also when the gate held another write of the instance, or nothing yet (then the rule
@@ -1394,6 +1439,7 @@ async fn late_race(ctx: &Clients<'_>, rng: &mut StdRng, client: usize, field: &s
     let (u_result, u_ended) = match returned {
         Some(done) => done,
         None => {
+            doing("late race: U after the gate opened");
             let r = upsert.await;
             (r, tick())
         }
@@ -1409,6 +1455,7 @@ async fn late_race(ctx: &Clients<'_>, rng: &mut StdRng, client: usize, field: &s
         let acked = acknowledged(&f_result, seed, shards);
         ops.push(Op::new(u, Kind::Delete(filter), f_issued, f_ended, acked, f_id));
     }
+    doing("late race: the consistent read back");
     let read = read_back(u, c2, r1, clock, seed, shards).await;
     LateRace { ops, read, late, set_up, refused }
 }

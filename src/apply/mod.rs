@@ -535,7 +535,19 @@ impl Applier {
                 }
             }
         }
-        let result = if run > 0 { self.apply_upserts(group).await } else { self.apply_filtered(&group[0]).await };
+        let result = if run > 0 {
+            self.apply_upserts(group).await
+        } else {
+            match self.keeping_lease(lease, self.apply_filtered(&group[0])).await {
+                Some(result) => result,
+                None => {
+                    // The lease was lost while the filter ran: stopped where it was, like a
+                    // crash (its next attempt completes what this one began).
+                    self.settle_dropping().await?;
+                    return Ok(Step::End(Flow::LeaseLost));
+                }
+            }
+        };
         if result.is_err() {
             // Rows of a dropping index this failed attempt may have written (a write that
             // committed and answered an error, say) are checked now: the retry may come
@@ -585,6 +597,38 @@ impl Applier {
         faults::point("before_remove_applied")?;
         self.remove_pending(shard, group).await?;
         Ok(Step::Applied(group.len()))
+    }
+
+    /// Runs `work` (one filter entry, which can read and write any number of pages) while
+    /// renewing `lease` whenever it is past half its duration, checked every quarter of it, so
+    /// a long filter keeps its shard instead of losing it to another applier halfway. `None`
+    /// when the lease was lost (or could not be renewed in time): `work` is then dropped
+    /// where it was, like a crash; every write it made is fenced and its next attempt
+    /// completes it. A renewal that fails transiently is tried again at the next check.
+    async fn keeping_lease<T>(&self, lease: &mut Lease, work: impl std::future::Future<Output = T>) -> Option<T> {
+        let every = lease.duration() / 4;
+        let keeper = async {
+            loop {
+                crate::env::sleep(every).await;
+                match self.wal.keep_lease(lease).await {
+                    Ok(true) => {}
+                    Ok(false) => return,
+                    Err(e) if e.is_transient() && lease.valid() => {
+                        tracing::debug!(error = %e, "lease renewal failed during a filter; trying again");
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "lease renewal failed during a filter: stopping it");
+                        return;
+                    }
+                }
+            }
+        };
+        // Biased: the work first, so a simulated run takes the same branch every time.
+        tokio::select! {
+            biased;
+            out = work => Some(out),
+            () = keeper => None,
+        }
     }
 
     /// Removes applied entries from the shard's pending partition (already-removed ones are

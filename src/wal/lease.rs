@@ -46,6 +46,11 @@ impl Lease {
         self.renewed.elapsed() < self.duration / 2
     }
 
+    /// How long the lease lasts from each renewal.
+    pub fn duration(&self) -> Duration {
+        self.duration
+    }
+
     /// True while the lease has not expired by the holder's monotonic clock (with margin).
     pub fn valid(&self) -> bool {
         self.renewed.elapsed() < self.duration * 3 / 4
