@@ -1423,6 +1423,22 @@ async fn late_race(ctx: &Clients<'_>, rng: &mut StdRng, client: usize, field: &s
         r = &mut upsert => Some((r, tick())),
         _ = gate.reached(1) => None,
     };
+    if returned.is_some() {
+        // U returned without reaching the gate (a 503 before its entry write, say): disarm
+        // the rule, or it would hold another write of the instance, maybe the delete of a
+        // late race through this instance whose own rule holds this race's delete: two
+        // races waiting for each other (a long run stalled with nothing pending).
+        gate.open();
+    }
+    // The gate holds a write at most this long (a held write of another client, say, whose
+    // own race waits for a delete held here): then it is just a write that was late.
+    let opener = tokio::spawn({
+        let gate = gate.clone();
+        async move {
+            tokio::time::sleep(Duration::from_secs(10)).await;
+            gate.open();
+        }
+    });
     let f_issued = tick();
     doing(if returned.is_none() {
         "late race: the delete (wait), U held"
@@ -1434,6 +1450,7 @@ async fn late_race(ctx: &Clients<'_>, rng: &mut StdRng, client: usize, field: &s
     // Also when the gate held another write of the instance, or nothing yet (then the rule
     // holds nobody: an open gate lets calls through).
     gate.open();
+    opener.abort();
     let late = returned.is_none();
     let applied_first = late && f_result.as_ref().is_ok_and(|w| w.applied);
     let (u_result, u_ended) = match returned {
