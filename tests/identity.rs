@@ -93,6 +93,54 @@ async fn tokens_are_cached_and_refreshed_before_they_expire() {
     fake.assert_no_problems();
 }
 
+/// Issue 27 (operator costs): a refresh held every storage call, though the old token was
+/// still valid: one caller fetched under the cache's lock, and a slow identity endpoint (up
+/// to `ATTEMPTS` requests of 10 s) stalled the whole process.
+#[tokio::test]
+async fn a_token_refresh_does_not_hold_the_calls_made_while_the_old_token_is_usable() {
+    // tok-1 lives 7-8 s (whole seconds): refreshed after half (≤ 4 s), usable until a quarter
+    // is left (≥ 5.25 s).
+    let fake = FakeIdentity::start(
+        vec![Answer::Token { token: "tok-1", secs: 8 }, Answer::Held { token: "tok-2", secs: 3600 }],
+        None,
+    )
+    .await;
+    let cred = std::sync::Arc::new(fake.credential(None));
+    assert_eq!(cred.get_token(&[SCOPE]).await.unwrap().token.secret(), "tok-1");
+    tokio::time::sleep(Duration::from_millis(4100)).await;
+    let refresher = tokio::spawn({
+        let cred = cred.clone();
+        async move { cred.get_token(&[SCOPE]).await.unwrap().token.secret().to_string() }
+    });
+    common::wait_for("the refresh to reach the endpoint", || async { (fake.requests() == 2).then_some(()) }).await;
+    for _ in 0..5 {
+        let token = tokio::time::timeout(Duration::from_secs(5), cred.get_token(&[SCOPE]))
+            .await
+            .expect("a call waited for the refresh though the old token is usable")
+            .unwrap();
+        assert_eq!(token.token.secret(), "tok-1");
+    }
+    assert_eq!(fake.requests(), 2, "one refresh");
+    fake.release();
+    assert_eq!(refresher.await.unwrap(), "tok-2");
+    assert_eq!(cred.get_token(&[SCOPE]).await.unwrap().token.secret(), "tok-2");
+    assert_eq!(fake.requests(), 2);
+    fake.assert_no_problems();
+}
+
+#[tokio::test]
+async fn a_failed_refresh_goes_on_with_the_usable_token_and_tries_again_later() {
+    let fake = FakeIdentity::start(vec![Answer::Token { token: "tok-1", secs: 8 }, Answer::Status(500)], None).await;
+    let cred = fake.credential(None);
+    assert_eq!(cred.get_token(&[SCOPE]).await.unwrap().token.secret(), "tok-1");
+    tokio::time::sleep(Duration::from_millis(4100)).await;
+    assert_eq!(cred.get_token(&[SCOPE]).await.unwrap().token.secret(), "tok-1", "kept after the failure");
+    assert_eq!(fake.requests(), 1 + ATTEMPTS);
+    assert_eq!(cred.get_token(&[SCOPE]).await.unwrap().token.secret(), "tok-1");
+    assert_eq!(fake.requests(), 1 + ATTEMPTS, "not tried again at once");
+    fake.assert_no_problems();
+}
+
 #[tokio::test]
 async fn transient_failures_of_the_identity_endpoint_are_retried() {
     let fake = FakeIdentity::start(

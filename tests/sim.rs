@@ -19,7 +19,8 @@
 //! **Faults.** query pages cut short or empty, the first included, with a continuation
 //! token; 503s before and after commit; WAL entry inserts held for a random time
 //! (entries that become durable out of id order); catalog-row writes held longer than the
-//! lease (a paused applier whose lease another takes over); instances crashed (their tasks
+//! lease (a paused applier whose lease another takes over); clock publications stuck for
+//! 3 s (the next ones go beside them, and they may commit after a larger one); instances crashed (their tasks
 //! stopped, their in-flight calls abandoned) and restarted under a new identity, with lease
 //! expiry; clocks skewed by seconds; queue messages redelivered after their visibility
 //! timeout.
@@ -57,6 +58,7 @@ use table_catalog::store::fault::{unavailable, Fault, FaultStore, OpKind, Rule, 
 use table_catalog::store::mem::MemStore;
 use table_catalog::store::sim::{SimAzureStore, SimOptions};
 use table_catalog::store::Store;
+use table_catalog::wal::clock::CLOCK;
 use table_catalog::{indexes, messages, verify};
 
 use linearizable::{Action, Event, Expect, Row, Verdict};
@@ -188,6 +190,11 @@ fn add_faults(f: &FaultStore, names: &Names) {
     f.add(Rule::new(&writes, Trigger::Probability(0.01), Fault::Fail(unavailable())));
     f.add(Rule::new(&writes, Trigger::Probability(0.01), Fault::CommitThenFail(unavailable())));
     f.add(Rule::new(&[OpKind::Get, OpKind::Query], Trigger::Probability(0.01), Fault::Fail(unavailable())));
+    // A clock publication stuck in the store's retries (longer than `STUCK_AFTER`): the
+    // process's next publications go beside it, and it may commit after a larger one.
+    let publish = [OpKind::Batch, OpKind::Upsert];
+    let stuck = Fault::Delay(Duration::from_secs(3));
+    f.add(Rule::new(&publish, Trigger::Probability(0.01), stuck).on(&names.wal_table).partition(CLOCK));
     // WAL entries logged late: the insert of an entry held while others are applied.
     let wal = [OpKind::Insert, OpKind::Batch];
     f.add(Rule::new(&wal, Trigger::Probability(0.05), Fault::Delay(Duration::from_millis(150))).on(&names.wal_table));

@@ -125,18 +125,28 @@ pub struct Rule {
     pub fault: Fault,
     /// Only calls that write pending WAL entries (see [`Rule::pending_entries`]).
     pub pending_entries: bool,
+    /// Only calls on this partition (`None`: all; see [`Rule::partition`]).
+    pub partition: Option<String>,
     matched: u64,
 }
 
 impl Rule {
     /// A rule for these operations.
     pub fn new(ops: &[OpKind], trigger: Trigger, fault: Fault) -> Rule {
-        Rule { ops: ops.to_vec(), target: None, trigger, fault, pending_entries: false, matched: 0 }
+        Rule { ops: ops.to_vec(), target: None, trigger, fault, pending_entries: false, partition: None, matched: 0 }
     }
 
     /// Restricts the rule to one table or queue (builder style).
     pub fn on(mut self, target: &str) -> Rule {
         self.target = Some(target.to_lowercase());
+        self
+    }
+
+    /// Restricts the rule to calls on one partition: entity operations (get, insert, upsert,
+    /// replace, delete) and entity group transactions whose PartitionKey is `partition`
+    /// (builder style). Other calls do not count as matched.
+    pub fn partition(mut self, partition: &str) -> Rule {
+        self.partition = Some(partition.to_string());
         self
     }
 
@@ -227,7 +237,7 @@ impl FaultStore {
 
     /// The fault for a call of `op` on `target`; `entries`: whether it writes pending WAL
     /// entries. A [`Fault::Late`] comes back with the hold drawn for this call.
-    fn pick(&self, op: OpKind, target: &str, entries: bool) -> Option<Fault> {
+    fn pick(&self, op: OpKind, target: &str, partition: Option<&str>, entries: bool) -> Option<Fault> {
         self.calls.fetch_add(1, Ordering::Relaxed);
         let mut s = self.state.lock().ok()?;
         let State { rules, rng } = &mut *s;
@@ -240,6 +250,9 @@ impl FaultStore {
                 continue;
             }
             if rule.pending_entries && !entries {
+                continue;
+            }
+            if rule.partition.as_deref().is_some_and(|p| Some(p) != partition) {
                 continue;
             }
             rule.matched += 1;
@@ -274,18 +287,20 @@ impl FaultStore {
         target: &str,
         call: impl std::future::Future<Output = StoreResult<T>>,
     ) -> StoreResult<T> {
-        self.run_writing(op, target, false, call).await
+        self.run_on(op, target, None, false, call).await
     }
 
-    /// [`FaultStore::run`] of a call that writes pending WAL entries when `entries`.
-    async fn run_writing<T>(
+    /// [`FaultStore::run`] of a call on one `partition`, which writes pending WAL entries
+    /// when `entries`.
+    async fn run_on<T>(
         &self,
         op: OpKind,
         target: &str,
+        partition: Option<&str>,
         entries: bool,
         call: impl std::future::Future<Output = StoreResult<T>>,
     ) -> StoreResult<T> {
-        match self.pick(op, target, entries) {
+        match self.pick(op, target, partition, entries) {
             None => call.await,
             Some(Fault::Fail(e)) => Err(e),
             Some(Fault::CommitThenFail(e)) => {
@@ -334,10 +349,10 @@ impl TableStore for FaultStore {
         self.run(OpKind::DeleteTable, table, self.inner.delete_table(table)).await
     }
     async fn get(&self, table: &str, pk: &str, rk: &str) -> StoreResult<Option<Entity>> {
-        self.run(OpKind::Get, table, self.inner.get(table, pk, rk)).await
+        self.run_on(OpKind::Get, table, Some(pk), false, self.inner.get(table, pk, rk)).await
     }
     async fn insert(&self, table: &str, entity: &Entity) -> StoreResult<ETag> {
-        self.run_writing(OpKind::Insert, table, is_pending_entry(entity), async {
+        self.run_on(OpKind::Insert, table, Some(&entity.partition_key), is_pending_entry(entity), async {
             let r = self.inner.insert(table, entity).await;
             if r.is_ok() {
                 self.record(table, [entity.clone()]);
@@ -347,13 +362,14 @@ impl TableStore for FaultStore {
         .await
     }
     async fn upsert(&self, table: &str, entity: &Entity) -> StoreResult<ETag> {
-        self.run(OpKind::Upsert, table, self.inner.upsert(table, entity)).await
+        self.run_on(OpKind::Upsert, table, Some(&entity.partition_key), false, self.inner.upsert(table, entity)).await
     }
     async fn replace(&self, table: &str, entity: &Entity, if_match: &IfMatch) -> StoreResult<ETag> {
-        self.run(OpKind::Replace, table, self.inner.replace(table, entity, if_match)).await
+        let pk = Some(entity.partition_key.as_str());
+        self.run_on(OpKind::Replace, table, pk, false, self.inner.replace(table, entity, if_match)).await
     }
     async fn delete(&self, table: &str, pk: &str, rk: &str, if_match: &IfMatch) -> StoreResult<()> {
-        self.run(OpKind::Delete, table, self.inner.delete(table, pk, rk, if_match)).await
+        self.run_on(OpKind::Delete, table, Some(pk), false, self.inner.delete(table, pk, rk, if_match)).await
     }
     async fn query_partition(
         &self,
@@ -388,7 +404,7 @@ impl TableStore for FaultStore {
     }
     async fn batch(&self, table: &str, pk: &str, ops: &[BatchOp]) -> StoreResult<Vec<Option<ETag>>> {
         let entries = ops.iter().any(|op| matches!(op, BatchOp::Insert(e) if is_pending_entry(e)));
-        self.run_writing(OpKind::Batch, table, entries, async {
+        self.run_on(OpKind::Batch, table, Some(pk), entries, async {
             let r = self.inner.batch(table, pk, ops).await;
             if r.is_ok() {
                 self.record(

@@ -156,13 +156,38 @@ fn at_of(e: &Entity) -> i64 {
     }
 }
 
-/// What this process last published.
+/// What this process last published, and its publication in flight.
 #[derive(Debug, Default)]
 struct Published {
     /// Largest `last` published.
     last: i64,
     /// RowKey of the row that published it (deleted with the next publication).
     row: Option<String>,
+    /// When the latest publication began, while it runs; `None` when none runs.
+    started: Option<crate::env::Instant>,
+}
+
+/// A publication that has run this long no longer holds the others back: the next caller
+/// starts one beside it ([`Clock::publish`]). A publication is one entity group transaction
+/// of two entities, normally one round trip; one that takes a second is in the store's
+/// retries (throttling, a lost connection), which can last minutes.
+pub const STUCK_AFTER: Duration = Duration::from_secs(1);
+
+/// Marks a publication ended (when dropped) and wakes the callers waiting for it.
+struct Ending<'a> {
+    clock: &'a Clock,
+    started: crate::env::Instant,
+}
+
+impl Drop for Ending<'_> {
+    fn drop(&mut self) {
+        let mut p = self.clock.lock_published();
+        if p.started == Some(self.started) {
+            p.started = None;
+        }
+        drop(p);
+        self.clock.ended.notify_waiters();
+    }
 }
 
 /// One process's id clock (see the module docs).
@@ -174,11 +199,12 @@ pub struct Clock {
     skew_us: i64,
     /// Highest timestamp handed out by this process.
     own_last: std::sync::Mutex<i64>,
-    /// This process's publication; held across the write so publications of one process
-    /// are ordered and each deletes the row of the one before.
-    published: tokio::sync::Mutex<Published>,
+    /// This process's publications (never held across a storage call).
+    published: std::sync::Mutex<Published>,
+    /// Told when a publication ends, either way.
+    ended: tokio::sync::Notify,
     /// Largest `last` any caller of [`Clock::publish`] asked for: a publication covers the
-    /// callers that queued behind the one before it (group commit of publications).
+    /// callers that waited for the one before it (group commit of publications).
     wanted: std::sync::atomic::AtomicI64,
     /// The largest `last` of the legacy rows, read once before the first round.
     legacy: tokio::sync::OnceCell<i64>,
@@ -196,7 +222,8 @@ impl Clock {
             owner: owner.to_string(),
             skew_us,
             own_last: std::sync::Mutex::new(0),
-            published: tokio::sync::Mutex::new(Published::default()),
+            published: std::sync::Mutex::new(Published::default()),
+            ended: tokio::sync::Notify::new(),
             wanted: std::sync::atomic::AtomicI64::new(0),
             legacy: tokio::sync::OnceCell::new(),
             share: WriteShare::default(),
@@ -293,31 +320,103 @@ impl Clock {
 
     /// Publishes `last` (unless a larger value already was): upserts its row and deletes
     /// this process's previous row in one entity group transaction. When this returns `Ok`,
-    /// every later [`Clock::high_water`] in any process is at least `last`. Callers that
-    /// queue while a publication runs are served by the next one, which publishes the
-    /// largest `last` of them all (a larger published value only raises later ids).
+    /// every later [`Clock::high_water`] in any process is at least `last`.
+    ///
+    /// Group commit: one publication runs at a time; callers that come while it runs wait
+    /// for it and are served by the next one, which publishes the largest `last` of them all
+    /// (a larger published value only raises later ids). A publication that has run for
+    /// [`STUCK_AFTER`] (in the store's retries) no longer holds the others: the next one
+    /// starts beside it, and a caller returns as soon as any publication covers its `last`,
+    /// its own included. So one stuck request delays the acknowledgements of about a second,
+    /// not every acknowledgement of the process for as long as the retries last.
+    ///
+    /// Why publications beside each other keep the order argument: each transaction deletes
+    /// only a row this process published before it began, whose `last` is smaller than the
+    /// one it upserts, so a row still goes only when a larger one exists. A publication that
+    /// ends after a larger one leaves its row behind, not first: [`Clock::prune`] removes it.
     pub async fn publish(&self, store: &dyn Store, table: &str, last: i64) -> Result<()> {
         use std::sync::atomic::Ordering::SeqCst;
         self.wanted.fetch_max(last, SeqCst);
-        let mut published = self.published.lock().await;
-        if published.last >= last {
-            return Ok(());
+        let (target, previous, started) = loop {
+            let ended = self.ended.notified();
+            tokio::pin!(ended);
+            ended.as_mut().enable();
+            let stuck_at = {
+                let mut p = self.lock_published();
+                if p.last >= last {
+                    return Ok(());
+                }
+                let now = crate::env::now();
+                match p.started {
+                    Some(t) if now < t + STUCK_AFTER => t + STUCK_AFTER,
+                    Some(_) | None => {
+                        if p.started.is_some() {
+                            tracing::warn!(
+                                after_ms = STUCK_AFTER.as_millis() as u64,
+                                "a clock publication is still in the store's retries; starting another beside it"
+                            );
+                        }
+                        p.started = Some(now);
+                        break (self.wanted.load(SeqCst).max(last), p.row.clone(), now);
+                    }
+                }
+            };
+            tokio::select! {
+                () = &mut ended => {}
+                () = crate::env::sleep_until(stuck_at) => {}
+            }
+        };
+        // Ends the publication in the bookkeeping whichever way it goes, dropped included
+        // (a caller served by a later publication stops waiting for its own).
+        let guard = Ending { clock: self, started };
+        let write = self.write_row(store, table, target, previous);
+        tokio::pin!(write);
+        loop {
+            let ended = self.ended.notified();
+            tokio::pin!(ended);
+            ended.as_mut().enable();
+            if self.lock_published().last >= last {
+                return Ok(()); // covered by a publication beside this one; this one is dropped
+            }
+            tokio::select! {
+                biased;
+                written = &mut write => {
+                    let key = written?;
+                    let mut p = self.lock_published();
+                    if target > p.last {
+                        p.last = target;
+                        p.row = Some(key);
+                    }
+                    drop(p);
+                    self.known_high.fetch_max(target, SeqCst);
+                    drop(guard);
+                    return Ok(());
+                }
+                () = &mut ended => {}
+            }
         }
-        let last = self.wanted.load(SeqCst).max(last);
+    }
+
+    fn lock_published(&self) -> std::sync::MutexGuard<'_, Published> {
+        self.published.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The storage writes of one publication of `last`: its row, and the delete of
+    /// `previous` (this process's row of an earlier publication) in the same transaction.
+    /// Returns the new row's RowKey.
+    async fn write_row(&self, store: &dyn Store, table: &str, last: i64, previous: Option<String>) -> Result<String> {
         crate::faults::point("before_clock_publish")?;
         let key = row_key(last, &self.owner);
         let row =
             Entity::new(CLOCK, key.as_str()).with("last", Value::Int64(last)).with("at", Value::Int64(now_micros()));
-        match &published.row {
+        match previous {
             Some(previous) => {
-                let ops = [
-                    BatchOp::Upsert(row.clone()),
-                    BatchOp::Delete { row_key: previous.clone(), if_match: IfMatch::Any },
-                ];
+                let ops = [BatchOp::Upsert(row.clone()), BatchOp::Delete { row_key: previous, if_match: IfMatch::Any }];
                 match store.batch(table, CLOCK, &ops).await {
                     Ok(_) => {}
-                    // The previous row is gone (pruned, or an earlier transaction committed
-                    // though its response was lost): the upsert alone publishes.
+                    // The previous row is gone (pruned, deleted by a publication beside this
+                    // one, or an earlier transaction committed though its response was lost):
+                    // the upsert alone publishes.
                     Err(StoreError::BatchFailed { .. }) => {
                         store.upsert(table, &row).await?;
                     }
@@ -328,9 +427,7 @@ impl Clock {
                 store.upsert(table, &row).await?;
             }
         }
-        *published = Published { last, row: Some(key) };
-        self.known_high.fetch_max(last, SeqCst);
-        Ok(())
+        Ok(key)
     }
 
     /// Removes clock rows not published for [`STALE_AFTER`] (rows of processes that are
@@ -377,7 +474,107 @@ async fn delete_if_unchanged(store: &dyn Store, table: &str, e: &Entity) -> Resu
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
     use super::*;
+
+    /// Holds the first clock publication (a write to the `clock` partition) until released.
+    struct HoldFirstPublication {
+        held: std::sync::atomic::AtomicBool,
+        release: tokio::sync::watch::Sender<bool>,
+        reached: tokio::sync::Notify,
+    }
+
+    impl crate::store::layer::Layer for HoldFirstPublication {
+        async fn run<'a, T, F, Fut>(
+            &'a self,
+            call: crate::store::layer::Call<'a>,
+            mut attempt: F,
+        ) -> crate::store::StoreResult<T>
+        where
+            T: crate::store::layer::Returned + Send + 'a,
+            F: FnMut() -> Fut + Send + 'a,
+            Fut: std::future::Future<Output = crate::store::StoreResult<T>> + Send + 'a,
+        {
+            use crate::store::OpKind;
+            let publication = call.partition_key == Some(CLOCK) && matches!(call.op, OpKind::Batch | OpKind::Upsert);
+            if publication && !self.held.swap(true, std::sync::atomic::Ordering::SeqCst) {
+                self.reached.notify_one();
+                let _ = self.release.subscribe().wait_for(|open| *open).await;
+            }
+            attempt().await
+        }
+    }
+
+    fn holding() -> (Arc<HoldFirstPublication>, Arc<dyn Store>) {
+        let layer = Arc::new(HoldFirstPublication {
+            held: false.into(),
+            release: tokio::sync::watch::Sender::new(false),
+            reached: tokio::sync::Notify::new(),
+        });
+        let store =
+            crate::store::layer::LayeredStore::with_layer(Arc::new(crate::store::mem::MemStore::new()), layer.clone());
+        (layer, Arc::new(store))
+    }
+
+    const T: &str = "walclock";
+
+    /// Issue 27 (operator costs): one publication in the store's retries held every later
+    /// publication of the process, so every acknowledgement waited as long as those retries.
+    #[tokio::test(start_paused = true)]
+    async fn a_publication_stuck_in_retries_does_not_hold_the_acknowledgements_behind_it() {
+        let _sim = crate::env::simulate(1, 1_798_761_600_000_000);
+        let (layer, store) = holding();
+        store.create_table(T).await.unwrap();
+        let clock = Clock::new("p", 0);
+        let began = crate::env::now();
+        let (stuck, later) = tokio::time::timeout(Duration::from_secs(600), async {
+            tokio::join!(clock.publish(store.as_ref(), T, 10), async {
+                layer.reached.notified().await;
+                clock.publish(store.as_ref(), T, 20).await
+            })
+        })
+        .await
+        .expect("a stuck publication held the next one");
+        stuck.unwrap();
+        later.unwrap();
+        let waited = crate::env::now() - began;
+        assert!(waited <= STUCK_AFTER + Duration::from_millis(10), "{waited:?}");
+        assert_eq!(Clock::new("q", 0).high_water(store.as_ref(), T).await.unwrap(), 20);
+    }
+
+    /// The order argument with publications beside each other: a transaction deletes only
+    /// the row this process published before the transaction began, smaller than the one it
+    /// writes. So a stuck transaction that commits after a larger publication (its caller
+    /// served by that one and gone, its request already sent) never lowers the first row;
+    /// its row stays behind, not first, until [`Clock::prune`].
+    #[tokio::test(start_paused = true)]
+    async fn a_publication_committed_after_a_larger_one_never_lowers_the_high_water_mark() {
+        let _sim = crate::env::simulate(2, 1_798_761_600_000_000);
+        let store: Arc<dyn Store> = Arc::new(crate::store::mem::MemStore::new());
+        store.create_table(T).await.unwrap();
+        let clock = Clock::new("p", 0);
+        let reader = Clock::new("q", 0);
+        clock.publish(store.as_ref(), T, 5).await.unwrap();
+        // The stuck transaction of 30 began now: it deletes 5's row.
+        let stuck = clock.lock_published().row.clone();
+        assert_eq!(stuck, Some(row_key(5, "p")));
+        clock.publish(store.as_ref(), T, 40).await.unwrap(); // beside it, and done first
+        clock.write_row(store.as_ref(), T, 30, stuck).await.unwrap(); // its commit, late
+        assert_eq!(reader.high_water(store.as_ref(), T).await.unwrap(), 40);
+        let lasts = || async {
+            let all = RowRange::default();
+            let rows: Vec<Entity> =
+                pager::entities(store.as_ref(), T, CLOCK, &all, MAX_PAGE).try_collect().await.unwrap();
+            rows.iter().map(last_of).collect::<Vec<_>>()
+        };
+        assert_eq!(lasts().await, vec![40, 30]);
+        clock.publish(store.as_ref(), T, 50).await.unwrap(); // deletes 40's row (its previous)
+        assert_eq!(lasts().await, vec![50, 30]);
+        crate::env::sleep(STALE_AFTER + Duration::from_secs(1)).await;
+        assert_eq!(clock.prune(store.as_ref(), T).await.unwrap(), 1);
+        assert_eq!(lasts().await, vec![50]);
+    }
 
     #[test]
     fn reserve_goes_above_the_high_water_mark_and_never_back() {

@@ -37,12 +37,16 @@ pub enum Answer {
     Jwt { secs: i64 },
     /// An HTTP error status.
     Status(u16),
+    /// Like `Token`, answered only once [`FakeIdentity::release`] was called (`expires_on`
+    /// counts from then).
+    Held { token: &'static str, secs: i64 },
 }
 
 /// A fake App Service managed-identity endpoint on 127.0.0.1.
 pub struct FakeIdentity {
     pub url: String,
     requests: Arc<AtomicUsize>,
+    release: Arc<tokio::sync::watch::Sender<bool>>,
     /// Problems seen in requests (wrong header, resource, client id).
     problems: Arc<Mutex<Vec<String>>>,
 }
@@ -54,13 +58,15 @@ impl FakeIdentity {
         let url = format!("http://{}/msi/token", listener.local_addr().unwrap());
         let requests = Arc::new(AtomicUsize::new(0));
         let problems = Arc::new(Mutex::new(Vec::new()));
-        let (count, seen) = (requests.clone(), problems.clone());
+        let release = Arc::new(tokio::sync::watch::Sender::new(false));
+        let (count, seen, released) = (requests.clone(), problems.clone(), release.clone());
         tokio::spawn(async move {
             loop {
                 let Ok((mut socket, _)) = listener.accept().await else { return };
                 let n = count.fetch_add(1, Ordering::SeqCst);
                 let answer = script[n.min(script.len() - 1)].clone();
                 let seen = seen.clone();
+                let mut released = released.subscribe();
                 tokio::spawn(async move {
                     let mut buf = Vec::new();
                     let mut chunk = [0u8; 4096];
@@ -98,8 +104,11 @@ impl FakeIdentity {
                         seen.lock().unwrap().extend(problems);
                         (400, String::new())
                     } else {
+                        if matches!(answer, Answer::Held { .. }) {
+                            let _ = released.wait_for(|r| *r).await;
+                        }
                         match answer {
-                            Answer::Token { token, secs } => {
+                            Answer::Token { token, secs } | Answer::Held { token, secs } => {
                                 let expires = time::OffsetDateTime::now_utc().unix_timestamp() + secs;
                                 (
                                     200,
@@ -131,7 +140,7 @@ impl FakeIdentity {
                 });
             }
         });
-        FakeIdentity { url, requests, problems }
+        FakeIdentity { url, requests, release, problems }
     }
 
     pub fn lookup(&self) -> impl Fn(&str) -> Option<String> + '_ {
@@ -146,6 +155,11 @@ impl FakeIdentity {
         ManagedIdentityCredential::from_lookup(self.lookup(), client_id.map(str::to_string))
             .unwrap()
             .with_backoff(Duration::from_millis(10))
+    }
+
+    /// Lets the [`Answer::Held`] answers go.
+    pub fn release(&self) {
+        self.release.send_replace(true);
     }
 
     pub fn requests(&self) -> usize {

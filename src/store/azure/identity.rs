@@ -24,9 +24,12 @@
 //! identity, what the Flex Consumption samples use, cannot be selected through it.
 //!
 //! Caching: one token at a time, refreshed when less than [`REFRESH_MARGIN`] (or half its
-//! lifetime, for short-lived tokens) is left; concurrent callers wait for one refresh. A
-//! failed request is retried [`ATTEMPTS`] times in all when transient (connection failures,
-//! HTTP 408, 429 and 5xx). Errors name the endpoint variable and the status, never the
+//! lifetime, for short-lived tokens) is left. One caller refreshes; while the current token is
+//! still usable (until [`USABLE_MARGIN`], or a quarter of its lifetime, before it expires) the
+//! others go on with it instead of waiting, and a failed refresh keeps it and is tried again
+//! [`RETRY_AFTER_FAILURE`] later. Only when no usable token is left do callers wait for the
+//! refresh. A failed request is retried [`ATTEMPTS`] times in all when transient (connection
+//! failures, HTTP 408, 429 and 5xx). Errors name the endpoint variable and the status, never the
 //! `IDENTITY_HEADER` value, the token or the response body.
 
 use std::fmt;
@@ -36,7 +39,6 @@ use std::time::Duration;
 use azure_core::auth::{AccessToken, Secret, TokenCredential};
 use azure_core::Url;
 use time::OffsetDateTime;
-use tokio::sync::Mutex;
 
 use crate::store::{StoreError, StoreResult};
 
@@ -50,6 +52,12 @@ const API_VERSION: &str = "2019-08-01";
 pub const STORAGE_RESOURCE: &str = "https://storage.azure.com";
 /// Refresh a token when less than this is left (or half its lifetime, if shorter).
 pub const REFRESH_MARGIN: Duration = Duration::from_secs(300);
+/// A token is used until this much (or a quarter of its lifetime, if shorter) is left; then
+/// callers wait for a new one.
+pub const USABLE_MARGIN: Duration = Duration::from_secs(60);
+/// After a failed refresh while the token is still usable, the next refresh is tried this
+/// much later (at the latest when the token stops being usable).
+pub const RETRY_AFTER_FAILURE: Duration = Duration::from_secs(10);
 /// Attempts per token request (the first and the retries) on transient failures.
 pub const ATTEMPTS: usize = 4;
 /// Timeout of one token request.
@@ -149,14 +157,19 @@ pub struct ManagedIdentityCredential {
     header: Secret,
     client_id: Option<String>,
     http: reqwest::Client,
-    cache: Mutex<Option<Cached>>,
+    /// The current token (never held across a request).
+    cache: std::sync::Mutex<Option<Cached>>,
+    /// Held by the one caller that refreshes.
+    refreshing: tokio::sync::Mutex<()>,
     backoff: Duration,
 }
 
+#[derive(Clone)]
 struct Cached {
     resource: String,
     token: AccessToken,
     refresh_at: OffsetDateTime,
+    usable_until: OffsetDateTime,
 }
 
 impl fmt::Debug for ManagedIdentityCredential {
@@ -198,7 +211,8 @@ impl ManagedIdentityCredential {
             header: Secret::new(header),
             client_id,
             http,
-            cache: Mutex::new(None),
+            cache: std::sync::Mutex::new(None),
+            refreshing: tokio::sync::Mutex::new(()),
             backoff: Duration::from_millis(200),
         })
     }
@@ -208,6 +222,21 @@ impl ManagedIdentityCredential {
     pub fn with_backoff(mut self, first: Duration) -> ManagedIdentityCredential {
         self.backoff = first;
         self
+    }
+
+    fn lock_cache(&self) -> std::sync::MutexGuard<'_, Option<Cached>> {
+        self.cache.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The cached token for `resource`: `(fresh, usable)`: fresh when it needs no refresh yet
+    /// (then `usable` is `None`), else the cached entry while it is still usable.
+    fn cached(&self, resource: &str) -> (Option<AccessToken>, Option<Cached>) {
+        let now = crate::env::now_utc();
+        match self.lock_cache().as_ref().filter(|c| c.resource == resource) {
+            Some(c) if now < c.refresh_at => (Some(c.token.clone()), None),
+            Some(c) if now < c.usable_until => (None, Some(c.clone())),
+            _ => (None, None),
+        }
     }
 
     /// One token request with retries of transient failures.
@@ -275,13 +304,23 @@ fn parse_token(body: &[u8]) -> azure_core::Result<AccessToken> {
     Ok(AccessToken::new(answer.access_token, expires_on))
 }
 
-/// When to refresh a token that expires at `expires_on`, fetched `now`.
-fn refresh_at(now: OffsetDateTime, expires_on: OffsetDateTime) -> OffsetDateTime {
+/// `expires_on` less `margin`, or less `lifetime / divisor` when that is shorter (the token
+/// was fetched `now`).
+fn before_expiry(now: OffsetDateTime, expires_on: OffsetDateTime, margin: Duration, divisor: i32) -> OffsetDateTime {
     let lifetime: time::Duration = (expires_on - now).max(time::Duration::ZERO);
-    let most = time::Duration::try_from(REFRESH_MARGIN).unwrap_or(time::Duration::ZERO);
-    let half: time::Duration = lifetime / 2i32;
-    let margin = half.min(most);
-    expires_on - margin
+    let most = time::Duration::try_from(margin).unwrap_or(time::Duration::ZERO);
+    expires_on - (lifetime / divisor).min(most)
+}
+
+impl Cached {
+    fn new(resource: &str, token: AccessToken, now: OffsetDateTime) -> Cached {
+        Cached {
+            resource: resource.to_string(),
+            refresh_at: before_expiry(now, token.expires_on, REFRESH_MARGIN, 2),
+            usable_until: before_expiry(now, token.expires_on, USABLE_MARGIN, 4),
+            token,
+        }
+    }
 }
 
 #[async_trait::async_trait]
@@ -291,23 +330,46 @@ impl TokenCredential for ManagedIdentityCredential {
             return Err(identity_error(format!("managed identity: one scope expected, got {}", scopes.len())));
         };
         let resource = scope.strip_suffix("/.default").unwrap_or(scope);
-        let mut cache = self.cache.lock().await;
-        let now = crate::env::now_utc();
-        if let Some(c) = cache.as_ref().filter(|c| c.resource == resource && now < c.refresh_at) {
-            return Ok(c.token.clone());
+        let (fresh, usable) = self.cached(resource);
+        if let Some(token) = fresh {
+            return Ok(token);
         }
-        let token = self.fetch(resource).await?;
-        tracing::debug!(expires_on = %token.expires_on, "managed identity token fetched");
-        *cache = Some(Cached {
-            resource: resource.to_string(),
-            refresh_at: refresh_at(now, token.expires_on),
-            token: token.clone(),
-        });
-        Ok(token)
+        // One caller refreshes; the others go on with a usable token, or wait for it.
+        let _refreshing = match (self.refreshing.try_lock(), usable) {
+            (Ok(guard), _) => guard,
+            (Err(_), Some(usable)) => return Ok(usable.token),
+            (Err(_), None) => self.refreshing.lock().await,
+        };
+        let (fresh, usable) = self.cached(resource);
+        if let Some(token) = fresh {
+            return Ok(token); // refreshed while this caller waited
+        }
+        match self.fetch(resource).await {
+            Ok(token) => {
+                tracing::debug!(expires_on = %token.expires_on, "managed identity token fetched");
+                *self.lock_cache() = Some(Cached::new(resource, token.clone(), crate::env::now_utc()));
+                Ok(token)
+            }
+            Err(e) => match usable {
+                Some(mut usable) => {
+                    let retry = crate::env::now_utc() + RETRY_AFTER_FAILURE;
+                    usable.refresh_at = retry.min(usable.usable_until);
+                    tracing::warn!(
+                        usable_until = %usable.usable_until,
+                        error = %e,
+                        "managed identity token refresh failed; going on with the current token"
+                    );
+                    let token = usable.token.clone();
+                    *self.lock_cache() = Some(usable);
+                    Ok(token)
+                }
+                None => Err(e),
+            },
+        }
     }
 
     async fn clear_cache(&self) -> azure_core::Result<()> {
-        *self.cache.lock().await = None;
+        *self.lock_cache() = None;
         Ok(())
     }
 }
