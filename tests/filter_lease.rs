@@ -4,6 +4,11 @@
 //! only between groups, and a delete matching many records on slow storage lost its shard to
 //! the next applier, which started the same delete again.
 //!
+//! And it respects the pass's deadline inside the filter (issue 27, item 4): past the
+//! deadline it stops between two pages of the filter's partition, records how far it got in
+//! the entry, and the next pass goes on from there (`src/apply/filter.rs`, "Deadlines and
+//! progress"). Before, a filter that had begun ran to its end, however long.
+//!
 //! Logic, not I/O: on the in-memory store under simulated time (the slow writes and the lease
 //! take no real time).
 #![cfg(feature = "fault-injection")]
@@ -75,5 +80,55 @@ async fn a_filter_entry_longer_than_its_lease_keeps_its_shard() {
     assert_eq!(outcome, DrainOutcome::Drained { applied: 1 }, "A applied the delete in one pass");
     let left = b.query_all(&Filter::new(vec![("iata".into(), "ZZZ".into())])).await.unwrap();
     assert!(left.is_empty(), "{} records left", left.len());
+    assert_eq!(b.status().await.unwrap().pending, 0);
+}
+
+/// Records sharing `iata=ZZZ`: the filter's partition holds 25 rows, read in pages of 10.
+const MANY: usize = 25;
+
+#[tokio::test(start_paused = true)]
+async fn a_filter_past_its_deadline_stops_between_pages_and_the_next_pass_goes_on_from_there() {
+    let _sim = common::simulated();
+    let names = Names::new(&common::unique_name("fdeadline"), None, None).unwrap();
+    let table = names.table.clone();
+    // Counts the reads of the filter's partition (`iata` ZZZ) in the catalog table.
+    let reads = common::CallCounter::new(move |call| {
+        call.target == table && call.op == OpKind::Query && call.partition_key.is_some_and(|pk| pk.contains("iatazzz"))
+    });
+    let inner = Arc::new(table_catalog::store::layer::LayeredStore::with_layer(common::mem_store(), reads));
+    let b = open(inner.clone(), &names).await;
+    b.upsert_many((0..MANY).map(airport).collect(), true).await.unwrap();
+    b.delete(Filter::new(vec![("iata".into(), "ZZZ".into())]), false).await.unwrap();
+
+    // A's passes end at once (budget 0): each handles one page of the filter (10 rows), then
+    // stops.
+    let mut opts = CatalogOptions::default();
+    opts.wal.shards = 1;
+    opts.wal.lease_duration = LEASE;
+    opts.wal.apply_budget = Duration::ZERO;
+    opts.wal.filter_page = 10;
+    let a = Catalog::open(inner.clone(), names.clone(), common::airports_schema(), opts).await.unwrap();
+    let live = || async { b.query_all(&Filter::new(vec![("iata".into(), "ZZZ".into())])).await.unwrap().len() };
+    let mut outcomes = Vec::new();
+    let mut left = Vec::new();
+    let mut page_reads = Vec::new();
+    while outcomes.len() < 6 {
+        let before = inner.layer().get();
+        let outcome = a.applier().apply_shard(ShardId::ZERO).await.unwrap();
+        page_reads.push(inner.layer().get() - before);
+        outcomes.push(outcome);
+        left.push(live().await);
+        if b.status().await.unwrap().pending == 0 {
+            break;
+        }
+    }
+    // The third pass applies the delete's last page and ends it (a pass past its deadline
+    // says Partial, having applied one entry).
+    let applied: Vec<usize> = outcomes.iter().map(|o| o.applied()).collect();
+    assert_eq!(applied, [0, 0, 1], "outcomes {outcomes:?}, records left after each pass: {left:?}");
+    assert_eq!(left, [15, 5, 0], "a page of 10 records per pass");
+    // Each pass reads from where the last one stopped: the page it handles and the next
+    // one (where it stopped); the last pass reads its page and the end.
+    assert!(page_reads.iter().all(|n| *n <= 3), "reads of the filter's partition per pass: {page_reads:?}");
     assert_eq!(b.status().await.unwrap().pending, 0);
 }

@@ -124,7 +124,7 @@ async fn every_applied_change_has_exactly_one_history_row_newest_first() {
             (&deleted, Op::Delete { filter: f("lid", "JFK") }),
         ];
         for (id, op) in ops {
-            let entry = WalEntry { id: WalId::parse(id).unwrap(), op, schema_version: 0, at: None };
+            let entry = WalEntry { id: WalId::parse(id).unwrap(), op, schema_version: 0, at: None, resume: None };
             store.upsert(&names.wal_table, &entry.to_entity(&ShardId::ZERO.partition())).await.unwrap();
         }
         assert_eq!(c.status().await.unwrap().pending, 7);

@@ -520,6 +520,7 @@ async fn reference_defects_and_how_we_avoid_them() {
         op: Op::Upsert { record: rec("KLA2", "late") },
         schema_version: 0,
         at: None,
+        resume: None,
     };
     catalog.store().insert(&names.wal_table, &late.to_entity(SHARD)).await.unwrap();
     catalog.recover().await.unwrap();

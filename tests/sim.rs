@@ -19,7 +19,9 @@
 //! **Faults.** query pages cut short or empty, the first included, with a continuation
 //! token; 503s before and after commit; WAL entry inserts held for a random time
 //! (entries that become durable out of id order); catalog-row writes held longer than the
-//! lease (a paused applier whose lease another takes over); clock publications stuck for
+//! lease (a paused applier whose lease another takes over); filter entries stopped at the
+//! deadline of their pass between pages (every other instance's passes last 200 ms, and
+//! filters read 2-4 rows a page); clock publications stuck for
 //! 3 s (the next ones go beside them, and they may commit after a larger one); instances crashed (their tasks
 //! stopped, their in-flight calls abandoned) and restarted under a new identity, with lease
 //! expiry; clocks skewed by seconds; queue messages redelivered after their visibility
@@ -156,6 +158,13 @@ impl Instance {
         o.wal.lease_duration = Duration::from_millis(1500);
         o.wal.tombstone_grace = Duration::from_secs(10);
         o.wal.clock_skew_us = [0, -5_000_000, 3_000_000][n % 3];
+        // Filters read their partition a few rows at a time, and every other instance's
+        // apply passes end after 200 ms: filter entries stop at their deadline between pages
+        // and later passes go on from the recorded point (`src/apply/filter.rs`).
+        o.wal.filter_page = 2 + n % 3;
+        if n % 2 == 1 {
+            o.wal.apply_budget = Duration::from_millis(200);
+        }
         o.wait_timeout = Duration::from_secs(5);
         o.consistent_timeout = Duration::from_secs(8);
         o.sweep_apply_after = Duration::from_millis(300);

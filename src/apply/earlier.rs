@@ -32,7 +32,8 @@ use crate::wal::{WalId, TOMBSTONES};
 
 impl Applier {
     /// The records entry `id` decided to remove in an earlier attempt (module docs), except
-    /// identities in `handled`. Per identity, the row with the largest WAL id among those its
+    /// identities in `handled` and those at or below `resume` (handled to the end by an
+    /// attempt that stopped at its deadline, [`crate::wal::WalEntry::resume`]). Per identity, the row with the largest WAL id among those its
     /// index tombstones name (this entry's own tombstone wins over the older rows it
     /// replaced); rows gone (the drop's job) are skipped.
     pub(super) async fn matched_earlier(
@@ -40,13 +41,14 @@ impl Applier {
         filter: &Filter,
         id: &WalId,
         handled: &BTreeSet<String>,
+        resume: Option<&str>,
     ) -> Result<Vec<Match>> {
         let range = RowRange { from: Some(format!("{id}_")), before: Some(format!("{id}`")), ..RowRange::default() };
         let mut named: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
         let mut rows = pager::entities(self.store.as_ref(), self.wal.table(), TOMBSTONES, &range, MAX_PAGE);
         while let Some(t) = rows.try_next().await? {
             if let (Some(pk), Some(rk)) = (t.str("pk"), t.str("rk")) {
-                if !handled.contains(rk) {
+                if !handled.contains(rk) && !super::filter::resumed_past(rk, resume) {
                     named.entry(rk.to_string()).or_default().insert(pk.to_string());
                 }
             }

@@ -3,6 +3,24 @@
 //!
 //! A filter entry is applied only after the low-watermark barrier ([`super::barrier`]) has
 //! passed its id, so it sees every write acknowledged before it was issued, in every shard.
+//!
+//! **Deadlines and progress.** A filter can match more records than one apply pass has time
+//! for (a pass ends at its deadline, e.g. within the queue function's timeout). Past the
+//! deadline, an attempt stops before its next page of the filter's partition, once it has
+//! handled at least one non-empty page, and records how far it got in the entry
+//! ([`WalEntry::resume`]: the RowKey of the last row handled; conditional writes that only
+//! raise it). The next attempt reads the partition after that RowKey, and treats the
+//! identities at or below it as handled when it completes earlier attempts' removals
+//! ([`super::earlier`]). So every attempt moves the resume point forward by a page, and a
+//! filter of any size completes in passes of bounded length.
+//!
+//! Why a record at or below the resume point needs nothing more: the point is recorded
+//! only after every page up to it was handled to the end (tombstones indexed, every row of
+//! each matched record tombstoned, history rows written), by the attempt that records it.
+//! Rows written there since are writes of later entries (this entry passed its barrier, and
+//! an entry logged late takes effect after it, [`crate::wal::seal`]), which a full re-read
+//! would leave alone too (fenced, and their history decided by the version before them,
+//! which this entry already recorded).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -10,13 +28,40 @@ use futures::{StreamExt, TryStreamExt};
 
 use super::fanout::RowWrite;
 use super::Applier;
+use crate::env::Instant;
 use crate::error::Result;
 use crate::history::{Change, ChangeOp};
 use crate::query::Filter;
 use crate::record::{self, Record, RowMeta};
 use crate::schema::IndexState;
-use crate::store::{pager, BatchOp, Entity, Value, MAX_BATCH_OPS, MAX_PAGE};
-use crate::wal::{Op, WalEntry, WalId, TOMBSTONES};
+use crate::store::{pager, BatchOp, Entity, IfMatch, RowRange, StoreError, Value, MAX_BATCH_OPS, MAX_PAGE};
+use crate::wal::entry::RESUME;
+use crate::wal::{Op, ShardId, WalEntry, WalId, TOMBSTONES};
+
+/// How an attempt of a filter entry ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Filtered {
+    /// The entry took its whole effect.
+    Done,
+    /// Stopped at the deadline between two pages, its progress recorded in the entry
+    /// ([`WalEntry::resume`]); the entry stays pending.
+    Stopped,
+}
+
+/// `range` without the rows at or below `resume` (the service's UTF-16 RowKey order).
+fn after_resume(mut range: RowRange, resume: Option<&str>) -> RowRange {
+    if let Some(r) = resume {
+        if range.after.as_deref().is_none_or(|a| crate::keys::cmp_utf16(r, a).is_gt()) {
+            range.after = Some(r.to_string());
+        }
+    }
+    range
+}
+
+/// Whether RowKey `row_key` is at or below `resume` (handled by an earlier attempt).
+pub(super) fn resumed_past(row_key: &str, resume: Option<&str>) -> bool {
+    resume.is_some_and(|r| crate::keys::cmp_utf16(row_key, r).is_le())
+}
 
 /// A row of the filter's partition that the filter addresses.
 pub(super) enum Match {
@@ -52,15 +97,16 @@ struct Target<'a> {
 impl Applier {
     /// Replace or delete: resolve the filter page by page, tombstoning what each page
     /// matched (so memory stays bounded by a page, whatever the filter matches), then write
-    /// the new record.
-    pub(crate) async fn apply_filtered(&self, entry: &WalEntry) -> Result<()> {
+    /// the new record. With `stop` (the entry's shard and a deadline), an attempt past the
+    /// deadline stops between pages and records its progress (module docs).
+    pub(crate) async fn apply_filtered(&self, entry: &WalEntry, stop: Option<(ShardId, Instant)>) -> Result<Filtered> {
         let (filter, new_record) = match &entry.op {
             Op::Replace { filter, record } => (filter, Some(record)),
             Op::Delete { filter } => (filter, None),
-            Op::Upsert { .. } => return self.apply_upserts(std::slice::from_ref(entry)).await,
-            Op::Schema { version } => return self.apply_schema_change(entry, *version).await,
+            Op::Upsert { .. } => return self.apply_upserts(std::slice::from_ref(entry)).await.map(|()| Filtered::Done),
+            Op::Schema { version } => return self.apply_schema_change(entry, *version).await.map(|()| Filtered::Done),
             Op::RemoveRow { partition_key, row_key, etag } => {
-                return self.remove_stray_row(entry, partition_key, row_key, etag).await
+                return self.remove_stray_row(entry, partition_key, row_key, etag).await.map(|()| Filtered::Done)
             }
         };
         let op = if new_record.is_some() { ChangeOp::Replace } else { ChangeOp::Delete };
@@ -82,22 +128,37 @@ impl Applier {
             new_keys.iter().flat_map(|k| k.partitions.iter().map(|(_, pk)| (pk.clone(), k.row_key.clone()))).collect();
         let target = Target { entry, filter, op, schema: &schema, new_rows: &new_rows, new_identity };
         let mut handled: BTreeSet<String> = BTreeSet::new();
+        let resume = entry.resume.as_deref();
         if gone.is_none() {
             let pk = filter.partition_key(&schema)?;
-            let ranges = filter.row_ranges(); // pruned on the server, like a lookup
+            // Pruned on the server, like a lookup; after the rows earlier attempts handled.
+            let ranges: Vec<RowRange> = filter.row_ranges().into_iter().map(|r| after_resume(r, resume)).collect();
+            let page_size = self.opts.filter_page.clamp(1, MAX_PAGE);
             let mut pages = futures::stream::iter(ranges.iter())
-                .flat_map(|range| pager::pages(self.store.as_ref(), &self.catalog_table, &pk, range, MAX_PAGE));
+                .flat_map(|range| pager::pages(self.store.as_ref(), &self.catalog_table, &pk, range, page_size));
+            // The last row this attempt handled (its pages are handled to the end in order).
+            let mut last_done: Option<String> = None;
             while let Some(page) = pages.try_next().await? {
+                if let (Some((shard, deadline)), Some(last)) = (stop, &last_done) {
+                    if crate::env::now() >= deadline {
+                        tracing::debug!(wal_id = %entry.id, resume = %last, "filter stopped at its deadline");
+                        self.record_resume(shard, entry, last).await?;
+                        return Ok(Filtered::Stopped);
+                    }
+                }
                 tracing::debug!(wal_id = %entry.id, rows = page.entities.len(), partition = %pk, "filter page");
                 let found = self.matches(filter, entry.effective(), &page.entities);
                 handled.extend(found.iter().map(|m| m.row_key().to_string()));
                 self.remove_matched(&target, found).await?;
+                if let Some(last) = page.entities.last() {
+                    last_done = Some(last.row_key.clone());
+                }
             }
         }
         // Whatever an earlier attempt of this entry decided to remove, and its partition no
         // longer shows (`super::earlier`): one range query, empty on a first attempt.
         {
-            let earlier = self.matched_earlier(filter, entry.effective(), &handled).await?;
+            let earlier = self.matched_earlier(filter, entry.effective(), &handled, resume).await?;
             if let (Some(field), true) = (&gone, earlier.is_empty()) {
                 // Validated against an active index when logged. An index gone altogether
                 // can only meet an entry logged late after the drop, which was never
@@ -105,7 +166,7 @@ impl Applier {
                 // durable, `Catalog::log`): it takes no effect, like any unacknowledged
                 // write may, unless an earlier attempt already took effect (then completed).
                 tracing::warn!(wal_id = %entry.id, %field, "filter on an index dropped before this entry was applied: no effect");
-                return Ok(());
+                return Ok(Filtered::Done);
             }
             if !earlier.is_empty() {
                 tracing::debug!(wal_id = %entry.id, records = earlier.len(), "filter completes an earlier attempt's removals");
@@ -128,7 +189,30 @@ impl Applier {
             self.record_history(vec![change]).await?;
         }
         self.settle_dropping().await?;
-        Ok(())
+        Ok(Filtered::Done)
+    }
+
+    /// Records in the stored `entry` (in `shard`'s partition) that every row of its filter's
+    /// partition up to `last` is handled ([`WalEntry::resume`]): a conditional write that only
+    /// raises the stored point (another attempt, a stale lease holder's, may have gone
+    /// further). Nothing when the entry is gone (applied by another applier).
+    async fn record_resume(&self, shard: ShardId, entry: &WalEntry, last: &str) -> Result<()> {
+        let table = self.wal.table();
+        let partition = shard.partition();
+        loop {
+            let Some(mut stored) = self.store.get(table, &partition, entry.id.as_str()).await? else { return Ok(()) };
+            if resumed_past(last, stored.str(RESUME)) {
+                return Ok(());
+            }
+            let tag = stored.etag.clone().map_or(IfMatch::Any, IfMatch::Etag);
+            stored.properties.insert(RESUME.into(), Value::String(last.to_string()));
+            match self.store.replace(table, &stored, &tag).await {
+                Ok(_) => return Ok(()),
+                Err(StoreError::PreconditionFailed(_)) => continue, // changed meanwhile: read again
+                Err(StoreError::NotFound(_)) => return Ok(()),
+                Err(e) => return Err(e.into()),
+            }
+        }
     }
 
     /// Tombstones every row of the records in `found` (except rows the new record keeps)

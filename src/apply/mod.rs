@@ -101,7 +101,8 @@ enum Flow {
     /// Every entry applied.
     Done,
     /// Stopped before a filter entry whose barrier did not pass in time (or, in a nested
-    /// pass, before any filter entry).
+    /// pass, before any filter entry), or inside a filter entry at the deadline, its
+    /// progress recorded ([`filter::Filtered::Stopped`]).
     Stopped,
     /// The lease was lost.
     LeaseLost,
@@ -538,8 +539,13 @@ impl Applier {
         let result = if run > 0 {
             self.apply_upserts(group).await
         } else {
-            match self.keeping_lease(lease, self.apply_filtered(&group[0])).await {
-                Some(result) => result,
+            match self.keeping_lease(lease, self.apply_filtered(&group[0], Some((shard, deadline)))).await {
+                Some(Ok(filter::Filtered::Stopped)) => {
+                    // At the deadline, its progress recorded: the next pass goes on from there.
+                    self.settle_dropping().await?;
+                    return Ok(Step::End(Flow::Stopped));
+                }
+                Some(result) => result.map(|_| ()),
                 None => {
                     // The lease was lost while the filter ran: stopped where it was, like a
                     // crash (its next attempt completes what this one began).

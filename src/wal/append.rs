@@ -177,7 +177,7 @@ impl Appender {
         let (ids, last) = self.ids_above(high, ops.len());
         let mut by_shard: BTreeMap<ShardId, Vec<Entity>> = BTreeMap::new();
         for (id, (shard, op, schema_version)) in ids.iter().zip(ops) {
-            let entry = WalEntry { id: id.clone(), op, schema_version, at: None };
+            let entry = WalEntry { id: id.clone(), op, schema_version, at: None, resume: None };
             by_shard.entry(shard).or_default().push(entry.to_entity(&shard.partition()));
         }
         let groups: Vec<(ShardId, &[Entity])> =
@@ -265,7 +265,7 @@ impl Wal {
         let (mut ids, last) = self.appender.ids_above(current.high, 1);
         let id = ids.remove(0);
         let shard = ShardId::ZERO.partition();
-        let entry = WalEntry { id: id.clone(), op, schema_version, at: None }.to_entity(&shard);
+        let entry = WalEntry { id: id.clone(), op, schema_version, at: None, resume: None }.to_entity(&shard);
         let marker = Entity::new(shard.as_str(), marker_key.as_str())
             .with("id", Value::String(id.to_string()))
             .with("at", Value::Int64(super::id::now_micros()));

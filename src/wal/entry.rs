@@ -89,10 +89,18 @@ pub struct WalEntry {
     /// Set when the entry was logged late ([`super::seal`]): the id it takes effect at
     /// (property `at`, [`WalId::stamped`]). `None`: it takes effect at [`WalEntry::id`].
     pub at: Option<WalId>,
+    /// How far earlier attempts of a filter entry got (property `resume`): the RowKey of the
+    /// last row of the filter's partition that an attempt stopped at its deadline had
+    /// handled. Every row up to it (in the service's RowKey order), and the records those
+    /// rows named, are done; an attempt reads on after it ([`crate::apply::filter`]).
+    /// `None`: no attempt stopped at its deadline.
+    pub resume: Option<String>,
 }
 
 /// The property holding a stamped entry's effective id.
 pub const AT: &str = "at";
+/// The property holding a filter entry's resume point ([`WalEntry::resume`]).
+pub const RESUME: &str = "resume";
 
 /// Why a stored entry could not be read.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -151,6 +159,9 @@ impl WalEntry {
         if let Some(at) = &self.at {
             e.properties.insert(AT.into(), Value::String(at.to_string()));
         }
+        if let Some(resume) = &self.resume {
+            e.properties.insert(RESUME.into(), Value::String(resume.clone()));
+        }
         e
     }
 
@@ -180,7 +191,8 @@ impl WalEntry {
             _ => 0,
         };
         let at = e.str(AT).map(|s| WalId::from_stored(s.to_string()));
-        Ok(WalEntry { id: WalId::from_stored(e.row_key.clone()), op, schema_version, at })
+        let resume = e.str(RESUME).map(str::to_string);
+        Ok(WalEntry { id: WalId::from_stored(e.row_key.clone()), op, schema_version, at, resume })
     }
 }
 
@@ -192,8 +204,13 @@ mod tests {
     #[test]
     fn entries_round_trip_including_large_bodies() {
         let record = json!({"name": "é😀".repeat(40_000), "n": 1}).as_object().cloned().unwrap();
-        let entry =
-            WalEntry { id: WalId::new(1, uuid::Uuid::nil()), op: Op::Upsert { record }, schema_version: 3, at: None };
+        let entry = WalEntry {
+            id: WalId::new(1, uuid::Uuid::nil()),
+            op: Op::Upsert { record },
+            schema_version: 3,
+            at: None,
+            resume: None,
+        };
         let e = entry.to_entity("wal");
         assert!(e.properties.len() > 4, "body split into chunks");
         for (k, v) in &e.properties {
@@ -207,6 +224,7 @@ mod tests {
             op: Op::Delete { filter: Filter::new(vec![("icao".into(), "KJFK".into())]) },
             schema_version: 0,
             at: Some(WalId::stamped(&WalId::new(3, uuid::Uuid::nil()), &WalId::new(2, uuid::Uuid::nil()))),
+            resume: Some("0123abcd".into()),
         };
         assert_eq!(WalEntry::from_entity(&del.to_entity("wal")).unwrap(), del);
     }
@@ -218,6 +236,7 @@ mod tests {
             op: Op::Delete { filter: Filter::default() },
             schema_version: 0,
             at: None,
+            resume: None,
         }
         .to_entity("wal");
         e.properties.insert("v".into(), Value::Int32(99));

@@ -88,6 +88,11 @@ pub struct WalOptions {
     /// largest count it was ever opened with, and appliers, the sweeper and `status` cover
     /// that many.
     pub shards: u16,
+    /// Rows per page when a replace or delete reads its filter's partition (1..=1,000, the
+    /// service's page limit; default 1,000). A filter entry past its pass's deadline stops
+    /// between two such pages ([`crate::apply::filter`]); tests and the simulator make them
+    /// small so filters span many pages.
+    pub filter_page: usize,
 }
 
 impl Default for WalOptions {
@@ -100,6 +105,7 @@ impl Default for WalOptions {
             apply_budget: Duration::from_secs(60),
             clock_skew_us: 0,
             shards: shard::DEFAULT_SHARDS,
+            filter_page: crate::store::MAX_PAGE,
         }
     }
 }
