@@ -420,8 +420,12 @@ async fn quiesce_and_check(world: &World) -> Vec<String> {
     let mut quiet = false;
     for _ in 0..600 {
         let _ = c.recover().await;
-        let s = c.status().await;
+        // The queue first, then the backlog: a queued intent is deleted only once its entry
+        // is durable, so an intent gone from the queue before the first read is pending (or
+        // applied) by the second. The other order missed an intent logged between the two
+        // reads, and the check ran before its entry was applied (seed 23266).
         let queued = c.store().approximate_count(&c.names().queue).await.unwrap_or(1);
+        let s = c.status().await;
         if s.as_ref().is_ok_and(|s| s.pending == 0) && queued == 0 {
             quiet = true;
             break;
@@ -516,7 +520,12 @@ async fn linearizability(world: &World) -> Vec<String> {
         let rows = rows_by.get(rk).cloned().unwrap_or_default();
         match linearizable::check(&events, &rows, live.get(rk), linearizable::DEFAULT_BUDGET) {
             Verdict::Linearizable { .. } => {}
-            Verdict::Violation(why) => out.push(format!("record {rk}: {why}")),
+            Verdict::Violation(why) => {
+                out.push(format!("record {rk}: {why}"));
+                // The rows as the check read them (the trace shows the tables after the check).
+                let ids: Vec<&str> = rows.iter().map(|r| r.wal_id.as_str()).collect();
+                out.push(format!("  history rows read, oldest first: {ids:?}; final state: {:?}", live.get(rk)));
+            }
             Verdict::Undecided { states } => out.push(format!("record {rk}: undecided after {states} search states")),
         }
     }
