@@ -258,13 +258,16 @@ fn no_overrides() -> BTreeMap<String, String> {
 // host.json
 
 #[test]
-fn host_json_starts_the_binary_in_handler_mode_with_forwarding() {
+fn host_json_starts_the_binary_in_handler_mode_with_proxying_and_forwarding() {
     let h = host_json();
     assert_eq!(h["version"], "2.0");
     let ch = &h["customHandler"];
     assert_eq!(ch["description"]["defaultExecutablePath"].as_str(), Some(binary_name().as_str()));
     assert_eq!(ch["description"]["arguments"], serde_json::json!([HANDLER_SUBCOMMAND]));
     assert_eq!(ch["enableForwardingHttpRequest"], Value::Bool(true));
+    // Both flags: a host that knows proxying checks it first and streams (export, findings);
+    // an older host ignores the unknown key and forwards (docs/FUNCTIONS.md §2).
+    assert_eq!(ch["enableProxyingHttpRequest"], Value::Bool(true));
     // Newest hosts synthesise HTTP functions from customHandler.http and then refuse to start
     // with function.json files present; this app uses function.json files.
     assert!(ch.get("http").is_none(), "customHandler.http conflicts with function.json files");

@@ -41,8 +41,12 @@ pub struct HostJson {
     pub arguments: Vec<String>,
     /// `customHandler.description.workingDirectory` (relative to the app root), if set.
     pub working_directory: Option<String>,
-    /// `customHandler.enableForwardingHttpRequest`.
+    /// `customHandler.enableForwardingHttpRequest` (the legacy mode: the host rebuilds the
+    /// request and buffers the answer).
     pub forwarding: bool,
+    /// `customHandler.enableProxyingHttpRequest` (newer hosts: YARP proxying, both bodies
+    /// streamed). A host that predates it ignores the key.
+    pub proxying: bool,
     /// `customHandler.initializationTimeout` (30 s default).
     pub initialization_timeout: Duration,
     /// `extensions.http.routePrefix` (`api` default, `""` allowed).
@@ -50,6 +54,39 @@ pub struct HostJson {
     /// `functionTimeout`, if set.
     pub function_timeout: Option<Duration>,
     pub queues: QueueOptions,
+}
+
+/// How the host hands an HTTP request to the handler when the function has only its
+/// `httpTrigger` input and `http` output (H `DefaultHttpWorkerService.InvokeAsync`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HttpMode {
+    /// `enableProxyingHttpRequest`: `ProxyInvocationRequest`, YARP; checked first, so it wins
+    /// when both flags are set.
+    Proxying,
+    /// `enableForwardingHttpRequest`: `ProcessHttpInAndOutInvocationRequest`, request rebuilt,
+    /// answer buffered.
+    Forwarding,
+}
+
+impl HostJson {
+    /// The mode a host that knows both flags uses; `None` = the JSON payload mode (not
+    /// implemented by this harness).
+    pub fn http_mode(&self) -> Option<HttpMode> {
+        if self.proxying {
+            Some(HttpMode::Proxying)
+        } else if self.forwarding {
+            Some(HttpMode::Forwarding)
+        } else {
+            None
+        }
+    }
+
+    /// Plays a host that uses `mode`: `Forwarding` is an older host, which ignores
+    /// `enableProxyingHttpRequest`.
+    pub fn set_http_mode(&mut self, mode: HttpMode) {
+        self.proxying = mode == HttpMode::Proxying;
+        self.forwarding = self.forwarding || mode == HttpMode::Forwarding;
+    }
 }
 
 /// Authorization level of an HTTP trigger (`function` when omitted).
@@ -70,7 +107,8 @@ pub enum Trigger {
         /// Lowercase method names; `None` = every method.
         methods: Option<Vec<String>>,
         auth_level: AuthLevel,
-        /// Exactly one `httpTrigger` input and one `http` output: eligible for forwarding.
+        /// Exactly one `httpTrigger` input and one `http` output: eligible for forwarding or
+        /// proxying.
         in_and_out_only: bool,
     },
     Queue {
@@ -231,6 +269,7 @@ impl HostJson {
             arguments,
             working_directory: str_ci(desc, "workingDirectory"),
             forwarding: bool_value(get_ci(ch, "enableForwardingHttpRequest")).unwrap_or(false),
+            proxying: bool_value(get_ci(ch, "enableProxyingHttpRequest")).unwrap_or(false),
             initialization_timeout,
             route_prefix,
             function_timeout,
@@ -457,6 +496,25 @@ mod tests {
         assert_eq!(parse_timespan("1.02:00:00").unwrap(), Duration::from_secs(26 * 3600));
         assert_eq!(parse_timespan("00:00:00.5").unwrap(), Duration::from_millis(500));
         assert!(parse_timespan("30").is_err());
+    }
+
+    #[test]
+    fn proxying_wins_when_both_http_flags_are_set() {
+        let host = |ch: Value| {
+            let mut ch = ch;
+            ch["description"] = serde_json::json!({"defaultExecutablePath": "table-catalog"});
+            HostJson::parse(serde_json::json!({"version": "2.0", "customHandler": ch})).unwrap()
+        };
+        let both = host(serde_json::json!({"enableForwardingHttpRequest": true, "EnableProxyingHttpRequest": "true"}));
+        assert_eq!(both.http_mode(), Some(HttpMode::Proxying));
+        let mut older = both.clone();
+        older.set_http_mode(HttpMode::Forwarding);
+        assert_eq!(older.http_mode(), Some(HttpMode::Forwarding));
+        assert_eq!(
+            host(serde_json::json!({"enableForwardingHttpRequest": true})).http_mode(),
+            Some(HttpMode::Forwarding)
+        );
+        assert_eq!(host(serde_json::json!({})).http_mode(), None);
     }
 
     #[test]

@@ -10,8 +10,10 @@
 //! host's variables, readiness by `GET /` every 25 ms for at most 30 s), then plays the host:
 //!
 //! - HTTP functions: a front end on its own port routes `/{routePrefix}/{route}` by the
-//!   function.json `route` and `methods` and forwards matching requests unchanged
-//!   ([`front`]); other requests get the host's 404;
+//!   function.json `route` and `methods` and hands matching requests to the handler in
+//!   proxying mode (streamed both ways) or forwarding mode (rebuilt, answer buffered), as
+//!   host.json says or `HarnessOptions::http_mode` overrides ([`front`]); other requests get
+//!   the host's 404;
 //! - the queue trigger: a listener on the real queue in Azurite, with the host's decoding,
 //!   payload, response judging, retry and poison rules from host.json ([`queue`]);
 //! - the timer trigger: [`Harness::fire_timer`] sends the `TimerInfo` invocation
@@ -48,7 +50,7 @@ use table_catalog::settings;
 use table_catalog::store::azure::AzureStore;
 use table_catalog::store::{QueueStore, ReceivedMessage, TableStore};
 
-use app::{resolve_setting_refs, App, Trigger};
+use app::{resolve_setting_refs, App, HttpMode, Trigger};
 use payload::Verdict;
 use process::HandlerProcess;
 use proxy::StorageProxy;
@@ -163,6 +165,10 @@ pub struct HarnessOptions {
     pub echo: bool,
     /// Upper bound of one invocation (the host's is functionTimeout + 1 min).
     pub invocation_timeout: Duration,
+    /// Overrides the HTTP mode host.json gives: `Forwarding` plays a host that predates
+    /// `enableProxyingHttpRequest` (it ignores the key), `Proxying` one that has it. `None`:
+    /// host.json as a current host reads it (proxying wins when both flags are set).
+    pub http_mode: Option<HttpMode>,
     /// Seed of the queue listener's polling jitter (`TC_HARNESS_SEED`, default 20261121);
     /// printed with the diagnostics when a test fails.
     pub seed: u64,
@@ -182,6 +188,7 @@ impl HarnessOptions {
             rust_log: "info".into(),
             echo: std::env::var_os("TC_HARNESS_ECHO").is_some(),
             invocation_timeout: Duration::from_secs(120),
+            http_mode: None,
             seed: std::env::var("TC_HARNESS_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(20261121),
         }
     }
@@ -245,11 +252,15 @@ impl Harness {
     /// end and the queue listener.
     pub async fn start(options: HarnessOptions) -> Harness {
         let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-        let app = Arc::new(App::load(root));
+        let mut app = App::load(root);
+        if let Some(mode) = options.http_mode {
+            app.host.set_http_mode(mode);
+        }
+        let app = Arc::new(app);
         for f in app.http_functions() {
             let Trigger::Http { in_and_out_only, .. } = &f.trigger else { unreachable!() };
             assert!(
-                app.host.forwarding && *in_and_out_only,
+                app.host.http_mode().is_some() && *in_and_out_only,
                 "{}: payload-mode HTTP invocation is not implemented by this harness",
                 f.name
             );
@@ -348,6 +359,7 @@ impl Harness {
             handler_port: port,
             function_key: options.function_key.clone(),
             client: client.clone(),
+            proxy_client: front::proxy_client(),
             records: http_records.clone(),
         });
         let (front_port, front_task) = front::start(front_state).await;
