@@ -873,8 +873,8 @@ fn reset_peak_rss(pid: &str) -> bool {
 /// (9) A batch upload sent chunked (no Content-Length) reaches the handler and is applied
 /// when the host proxies (`enableProxyingHttpRequest`, the default with our host.json); an
 /// older host that only forwards copies the body only when Content-Length > 0, so the handler
-/// gets an empty batch and answers 202 with no results: nothing is written, and only a client
-/// that counts the results notices. Sent with a Content-Length, the same upload goes through.
+/// gets an empty body and refuses it (400, naming Content-Length): nothing is written. Sent
+/// with a Content-Length, the same upload goes through.
 /// Documented in FUNCTIONS.md §2.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_chunked_upload_is_applied_when_proxying_and_dropped_when_forwarding() {
@@ -917,8 +917,9 @@ async fn a_chunked_upload_is_applied_when_proxying_and_dropped_when_forwarding()
         .expect("chunked POST");
     let s = r.status().as_u16();
     let body: Value = r.json().await.expect("JSON answer");
-    // The handler got an empty batch: accepted, with no result for any of the three lines.
-    assert_eq!((s, &body), (202, &json!({"results": []})), "the handler got no body");
+    // The handler got an empty body: refused, naming the cause.
+    assert_eq!(s, 400, "the handler got no body: {body}");
+    assert!(body["error"]["message"].as_str().is_some_and(|e| e.contains("Content-Length")), "{body}");
     let rec = last_record(&older, "/api/records/batch");
     assert_eq!(rec.mode, Some(harness::app::HttpMode::Forwarding));
     assert!(rec.request_body_dropped, "forwarding drops a body without Content-Length: {rec:?}");

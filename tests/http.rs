@@ -72,6 +72,10 @@ async fn replace_and_batch() {
         assert!(body["results"][1]["error"]["message"].as_str().unwrap().contains("line 3"));
         let (_, body) = call(&app, "GET", "/api/records?iata=BOS", None, Body::empty()).await;
         assert_eq!(body["records"][0]["name"], "Logan");
+        // An empty body (what a forwarding Functions host makes of a chunked upload) is refused.
+        let (s, body) = call(&app, "POST", "/api/records/batch", Some("application/x-ndjson"), "").await;
+        assert_eq!(s, StatusCode::BAD_REQUEST, "{body}");
+        assert!(body["error"]["message"].as_str().unwrap().contains("Content-Length"), "{body}");
         // Replace moves LaGuardia to a new IATA code.
         let moved = json!({"icao": "KLGA", "iata": "LGX", "name": "LaGuardia Airport"});
         let (s, _) = call(&app, "PUT", "/api/records?icao=KLGA&wait=true", JSON, moved.to_string()).await;

@@ -279,6 +279,15 @@ async fn batch(
     let p = params(q)?;
     let ct = content_type(&headers);
     let bytes = body_bytes(body, MAX_BATCH_BODY)?;
+    if bytes.is_empty() {
+        // A Functions host that forwards requests (`enableForwardingHttpRequest`, older
+        // hosts) drops a body sent without Content-Length: say so rather than accept nothing.
+        return Err(ApiError::bad_request(
+            "body: empty; a batch is a JSON array of records (or JSON lines). Behind an Azure Functions \
+             host that forwards requests, a body sent chunked (without Content-Length) arrives empty: send \
+             Content-Length",
+        ));
+    }
     let items = batch_items(&ct, &bytes)?;
     let mut slots = Vec::with_capacity(items.len());
     let mut valid = Vec::new();
