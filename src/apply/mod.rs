@@ -224,7 +224,16 @@ impl Applier {
         };
         let stored = stored.ok_or_else(|| Error::SchemaMismatch("schema row vanished while opening".into()))?;
         schema_row::check(&stored, &self.base, &self.catalog_table)?;
-        self.adopt(&stored)
+        self.adopt(&stored)?;
+        if schema_row::needs_healing(&stored) {
+            // Rewritten without the marker by a release from before it: mark it again, so
+            // releases from before online index changes refuse the catalog (a conditional
+            // write; the list and version stay as stored).
+            tracing::info!("schema row written by an earlier release: marking it changed again");
+            let healed = schema_row::update(self.store.as_ref(), table, |_, _, _| Ok(true)).await?;
+            self.adopt(&healed)?;
+        }
+        Ok(())
     }
 
     /// The schema in force in this process (cheap: a shared pointer).

@@ -4,10 +4,21 @@
 //! Properties: `index_keys` (comma list of the maintained index fields), `row_key`, `v`
 //! (format). Once an index was added or dropped ([`crate::indexes`]) the row also has
 //! `identity_keys` (the index fields at creation, which feed the fingerprint; absent means
-//! `index_keys`), `indexes` (JSON list of [`AddedIndex`]) and `version` (Int64, the schema
-//! version; absent means 0). A process of an earlier release compares `index_keys` with its
-//! configuration and so refuses to open a catalog whose indexes changed, rather than apply
-//! writes without the new index. A catalog with hashed
+//! `index_keys`), `indexes` (JSON list of [`AddedIndex`]), `version` (Int64, the schema
+//! version; absent means 0) and `format` (Int32, [`SCHEMA_FORMAT`]; absent means 1).
+//!
+//! **Older and newer releases.** Once the indexes changed, `index_keys` ends with
+//! [`CHANGED_MARKER`], which is not a valid field name. So a release from before online index
+//! changes refuses the catalog whether or not it is configured: configured, its index keys
+//! differ from the stored list; unconfigured (it takes the stored list as the catalog's
+//! index keys), the marker fails its field-name check. Before the marker, such a release
+//! opened a changed catalog when unconfigured, read the added index as an identity field,
+//! fingerprinted new records over it and wrote rows that `verify` reports as unreadable.
+//! Releases that know online index changes read `identity_keys` and `indexes` and never
+//! use `index_keys` as a list of fields. A release that rewrites the row without the marker
+//! (one from before it) is healed by the next open ([`needs_healing`]). This build refuses a
+//! row whose `format` is above [`SCHEMA_FORMAT`] (written by a newer release it does not
+//! understand), and every later release checks the same. A catalog with hashed
 //! index fields ([`crate::hashed`]) also has `hashed` and `redact` (comma lists) and
 //! `hash_key_id` (8 hex digits of SHA-256 of the secret, never the secret). A row without
 //! them, as every catalog from before hashed keys has, means no field is hashed, so the rows
@@ -23,6 +34,44 @@ use crate::wal::METADATA;
 
 /// RowKey of the schema row in the `metadata` partition.
 pub const ROW: &str = "schema";
+/// The schema row format this build writes and reads (property `format`; absent means 1,
+/// every row from before it). 2: a changed schema's `index_keys` ends with [`CHANGED_MARKER`].
+pub const SCHEMA_FORMAT: i32 = 2;
+/// The last element of `index_keys` once the indexes changed online (module docs): an
+/// invalid field name, which releases from before online index changes refuse, naming it.
+pub const CHANGED_MARKER: &str = "!indexes-changed-online:open-with-a-newer-table-catalog";
+
+/// The maintained index fields of a changed schema as stored in `index_keys`: the list, then
+/// [`CHANGED_MARKER`].
+fn marked(maintained: &[String]) -> String {
+    maintained.iter().map(String::as_str).chain(std::iter::once(CHANGED_MARKER)).collect::<Vec<_>>().join(",")
+}
+
+/// `index_keys` as a list of fields (the marker left out).
+fn maintained_of(e: &Entity) -> Vec<String> {
+    Schema::parse_list(e.str("index_keys").unwrap_or_default()).into_iter().filter(|k| k != CHANGED_MARKER).collect()
+}
+
+/// The row's `format` (1 when absent).
+fn format_of(e: &Entity) -> i32 {
+    match e.properties.get("format") {
+        Some(Value::Int32(v)) => *v,
+        Some(Value::Int64(v)) => i32::try_from(*v).unwrap_or(i32::MAX),
+        _ => 1,
+    }
+}
+
+/// Whether the stored row describes a changed schema (an index added or dropped) whose
+/// `index_keys` lacks the marker or whose `format` is older: written or rewritten by a
+/// release from before [`SCHEMA_FORMAT`] 2. Such a row is rewritten at open
+/// ([`crate::apply::Applier::init`]), so that releases from before online index changes
+/// refuse the catalog again.
+pub fn needs_healing(e: &Entity) -> bool {
+    let s = StoredSchema::of(e);
+    let changed = s.version > 0 || !s.added.is_empty();
+    let marker = Schema::parse_list(e.str("index_keys").unwrap_or_default()).iter().any(|k| k == CHANGED_MARKER);
+    changed && (!marker || format_of(e) < SCHEMA_FORMAT)
+}
 
 /// The schema row to store for `schema`.
 pub fn row(schema: &Schema) -> Entity {
@@ -33,9 +82,11 @@ pub fn row(schema: &Schema) -> Entity {
     if schema.version() > 0 || !schema.added().is_empty() {
         let added = serde_json::to_string(schema.added()).unwrap_or_default();
         e = e
+            .with("index_keys", Value::String(marked(&schema.index_keys)))
             .with("identity_keys", Value::String(schema.identity_keys().join(",")))
             .with("indexes", Value::String(added))
-            .with("version", Value::Int64(schema.version() as i64));
+            .with("version", Value::Int64(schema.version() as i64))
+            .with("format", Value::Int32(SCHEMA_FORMAT));
     }
     if let Some(key) = schema.hash_key() {
         e = e
@@ -71,7 +122,7 @@ impl StoredSchema {
     /// Reads a schema row.
     pub fn of(e: &Entity) -> StoredSchema {
         let list = |name: &str| Schema::parse_list(e.str(name).unwrap_or_default());
-        let identity = e.str("identity_keys").map(Schema::parse_list).unwrap_or_else(|| list("index_keys"));
+        let identity = e.str("identity_keys").map(Schema::parse_list).unwrap_or_else(|| maintained_of(e));
         StoredSchema {
             index_keys: identity,
             // An unreadable list is treated as none: `check` then refuses the row, since its
@@ -144,7 +195,8 @@ pub async fn update(
         let mut row = current.clone();
         row.etag = None;
         let list = serde_json::to_string(&added).map_err(|e| Error::invalid(format!("indexes: {e}")))?;
-        row.properties.insert("index_keys".into(), Value::String(maintained.join(",")));
+        row.properties.insert("index_keys".into(), Value::String(marked(&maintained)));
+        row.properties.insert("format".into(), Value::Int32(SCHEMA_FORMAT));
         row.properties.insert("identity_keys".into(), Value::String(stored.index_keys.join(",")));
         row.properties.insert("indexes".into(), Value::String(list));
         row.properties.insert("version".into(), Value::Int64(version as i64));
@@ -170,8 +222,15 @@ fn sorted(list: &[String]) -> Vec<&String> {
 /// [`Error::SchemaMismatch`] naming both when index keys, row key, hashed or redacted fields
 /// differ, or when the hash key is another one (by id; the key itself is never printed).
 pub fn check(stored: &Entity, schema: &Schema, table: &str) -> Result<()> {
+    let format = format_of(stored);
+    if format > SCHEMA_FORMAT {
+        return Err(Error::SchemaMismatch(format!(
+            "catalog '{table}' has schema format {format}, written by a newer release of table-catalog; this \
+             build reads formats up to {SCHEMA_FORMAT}: upgrade table-catalog to open it"
+        )));
+    }
     let s = StoredSchema::of(stored);
-    let maintained = Schema::parse_list(stored.str("index_keys").unwrap_or_default());
+    let maintained = maintained_of(stored);
     let keys_ok = s.index_keys == schema.identity_keys() || maintained == schema.index_keys;
     if !keys_ok || s.row_key != schema.row_key {
         return Err(Error::SchemaMismatch(format!(
@@ -249,7 +308,17 @@ mod tests {
         let added = vec![AddedIndex { field: "dept".into(), state: IndexState::Active, version: 1, job: None }];
         let changed = plain().with_added(added, 1).unwrap();
         let e = row(&changed);
-        assert_eq!(e.str("index_keys"), Some("eid,ssn,dept"), "what an earlier release compares");
+        let stored_keys = e.str("index_keys").unwrap();
+        assert_eq!(stored_keys, format!("eid,ssn,dept,{CHANGED_MARKER}"), "what an earlier release reads");
+        assert_eq!(e.properties.get("format"), Some(&Value::Int32(SCHEMA_FORMAT)));
+        assert!(!needs_healing(&e));
+        // A release from before online index changes, unconfigured, takes the stored list as
+        // its index keys: the marker fails the field-name check (that release's check is
+        // the same `validate_field_name`).
+        let err = Schema::new(Schema::parse_list(stored_keys), "lastname").unwrap_err().to_string();
+        assert!(err.contains(CHANGED_MARKER), "{err}");
+        // Configured with the creation keys, it compares the list and refuses too.
+        assert_ne!(Schema::parse_list(stored_keys), plain().index_keys);
         assert_eq!(e.str("identity_keys"), Some("eid,ssn"));
         let stored = StoredSchema::of(&e);
         assert_eq!((stored.index_keys.clone(), stored.version), (vec!["eid".to_string(), "ssn".to_string()], 1));
@@ -260,6 +329,27 @@ mod tests {
         assert_eq!(stored.apply_to(maintained).unwrap(), changed, "the stored identity wins");
         let other = Schema::new(vec!["eid".into()], "lastname").unwrap();
         assert!(check(&e, &other, "t").is_err());
+    }
+
+    #[test]
+    fn a_row_rewritten_by_an_earlier_release_is_healed_and_a_newer_format_is_refused() {
+        use crate::schema::{AddedIndex, IndexState};
+        let added = vec![AddedIndex { field: "dept".into(), state: IndexState::Active, version: 1, job: None }];
+        let changed = plain().with_added(added, 1).unwrap();
+        // What a release from before the marker writes: the maintained list, no format.
+        let mut old = row(&changed);
+        old.properties.insert("index_keys".into(), Value::String("eid,ssn,dept".into()));
+        old.properties.remove("format");
+        assert!(needs_healing(&old));
+        check(&old, &plain(), "t").unwrap();
+        assert_eq!(StoredSchema::of(&old).apply_to(plain()).unwrap(), changed, "still read right");
+        // An unchanged catalog's row needs nothing.
+        assert!(!needs_healing(&row(&plain())));
+        // A newer release's format: refused, naming both formats.
+        let mut newer = row(&changed);
+        newer.properties.insert("format".into(), Value::Int32(SCHEMA_FORMAT + 1));
+        let err = check(&newer, &plain(), "t").unwrap_err().to_string();
+        assert!(err.contains("schema format 3") && err.contains("upgrade"), "{err}");
     }
 
     #[test]
