@@ -130,3 +130,31 @@ fn replace_and_a_ranged_delete_from_the_cli() {
     assert_eq!(bad.status.code(), Some(1));
     assert!(stderr(&bad).contains("must be a JSON object"), "{}", stderr(&bad));
 }
+
+/// The bracketed `[possible values: ...]` list clap prints in a help text or an error.
+fn possible_values(text: &str) -> Vec<String> {
+    let start = text.find("[possible values: ").map(|i| i + "[possible values: ".len());
+    let list = start.and_then(|s| text[s..].find(']').map(|e| &text[s..s + e]));
+    list.unwrap_or_else(|| panic!("no possible values in: {text}")).split(", ").map(str::to_string).collect()
+}
+
+/// Help offers what the command takes (issue 28): `export --help` has no `--parallel` (export
+/// runs serially, and the flag is refused), and `jobs start --help` lists the kinds that
+/// `jobs start` accepts, the same list its error for another kind gives.
+#[test]
+fn help_offers_what_the_command_takes() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let help = bin(dir.path(), &["export", "--help"]);
+    let text = String::from_utf8_lossy(&help.stdout);
+    assert!(help.status.success() && text.contains("--segment"), "{text}");
+    assert!(!text.contains("--parallel"), "export does not run in parallel: {text}");
+    assert_eq!(bin(dir.path(), &["export", "--parallel", "2"]).status.code(), Some(2));
+
+    let help = bin(dir.path(), &["jobs", "start", "--help"]);
+    assert!(help.status.success(), "{}", stderr(&help));
+    let offered = possible_values(&String::from_utf8_lossy(&help.stdout));
+    let refused = bin(dir.path(), &["jobs", "start", "nosuchkind"]);
+    assert_eq!(refused.status.code(), Some(2), "{}", stderr(&refused));
+    assert_eq!(offered, possible_values(&stderr(&refused)));
+    assert_eq!(offered, ["verify", "repair", "trim-history"]);
+}

@@ -189,11 +189,8 @@ pub async fn run(cli: Cli) -> Result<ExitCode> {
             }
             return super::jobs::rebuild(catalog, params, parallel).await;
         }
-        Command::Export { scan, .. } if scan.parallel > 0 => {
-            bail!("--parallel: export runs serially (use GET /api/export to stream it)")
-        }
-        Command::Export { output, scan } => {
-            return super::whole_table::export(&catalog, output.as_deref(), &scan).await
+        Command::Export { output, segment } => {
+            return super::whole_table::export(&catalog, output.as_deref(), segment).await
         }
         Command::Bench(_) => {} // run above, without a catalog
     }

@@ -21,6 +21,10 @@ use super::ScanArgs;
 /// Exit status when a verify job has findings (as the serial `verify`).
 const FINDINGS_EXIT: u8 = 3;
 
+/// The kinds `jobs start` starts: the ones that take no parameter but `segment`. Its help and
+/// its error for another kind list these.
+const STARTABLE: [&str; 3] = ["verify", "repair", "trim-history"];
+
 /// `jobs` subcommands.
 #[derive(Debug, Subcommand)]
 pub enum JobsAction {
@@ -44,9 +48,11 @@ pub enum JobsAction {
         id: String,
     },
     /// Start a job and print it; workers elsewhere (`serve`, the Functions app, `jobs work`)
-    /// run it.
+    /// run it. The other kinds start elsewhere: `rebuild` by `table-catalog rebuild`,
+    /// `backfill` and `drop-index` by `index add` and `index drop`.
     Start {
-        /// `verify` or `repair`.
+        /// The kind of job (trim-history needs a catalog that keeps history).
+        #[arg(value_parser = clap::builder::PossibleValuesParser::new(STARTABLE))]
         kind: String,
         /// Entities per scan query (1-1000).
         #[arg(long, default_value_t = table_catalog::scan::MAX_SEGMENT)]
