@@ -51,7 +51,7 @@ pub enum JobsAction {
     /// run it. The other kinds start elsewhere: `rebuild` by `table-catalog rebuild`,
     /// `backfill` and `drop-index` by `index add` and `index drop`.
     Start {
-        /// The kind of job (trim-history needs a catalog that keeps history).
+        /// The kind of job (trim-history needs `--history on` and `--history-days N`).
         #[arg(value_parser = clap::builder::PossibleValuesParser::new(STARTABLE))]
         kind: String,
         /// Entities per scan query (1-1000).
