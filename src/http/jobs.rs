@@ -2,7 +2,7 @@
 //!
 //! | route | does |
 //! |---|---|
-//! | `POST /api/jobs` | start a job: body `{"kind": "verify"|"repair", "params": {...}}`; 202 with the job |
+//! | `POST /api/jobs` | start a job: body `{"kind": "verify"|"repair"|"rebuild"|"trim-history", "params": {...}}`; 202 with the job |
 //! | `GET /api/jobs[?limit&continuation]` | jobs, newest first |
 //! | `GET /api/jobs/{id}` | one job, with live totals while it runs |
 //! | `DELETE /api/jobs/{id}` | cancel; 409 when it is already final |
@@ -68,10 +68,10 @@ fn number(name: &str, value: &str, max: usize) -> Result<usize, ApiError> {
 async fn start(State(c): State<AppState>, body: Bytes) -> Result<Response, ApiError> {
     let body: Json_ = serde_json::from_slice(&body)
         .map_err(|e| ApiError::bad_request(format!("body: not a JSON object {{\"kind\", \"params\"}}: {e}")))?;
-    let kind = body
-        .get("kind")
-        .and_then(Json_::as_str)
-        .ok_or_else(|| ApiError::bad_request("kind: required (verify, repair)"))?;
+    let kind = body.get("kind").and_then(Json_::as_str).ok_or_else(|| {
+        let kinds: Vec<&str> = JobKind::BY_HAND.iter().map(|k| k.name()).collect();
+        ApiError::bad_request(format!("kind: required ({})", kinds.join(", ")))
+    })?;
     let kind = JobKind::parse(kind)?;
     if let Some(k) = body.as_object().and_then(|o| o.keys().find(|k| !["kind", "params"].contains(&k.as_str()))) {
         return Err(ApiError::bad_request(format!("{k}: unknown field (a job has kind and params)")));
