@@ -158,3 +158,33 @@ fn help_offers_what_the_command_takes() {
     assert_eq!(offered, possible_values(&stderr(&refused)));
     assert_eq!(offered, ["verify", "repair", "trim-history"]);
 }
+
+/// `history --limit 0` and `dead --limit 0` fail with the message HTTP's 400 carries for
+/// `limit=0` (they printed "no history" / nothing and exited 0), as `query --limit 0` does.
+#[tokio::test]
+async fn a_zero_limit_fails_in_history_and_dead_as_over_http() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = dir.path();
+    let record = r#"{"icao":"KAAA","name":"Field KAAA"}"#;
+    assert!(bin(store, &["--history", "on", "insert", record]).status.success());
+    let mut config = Config::new("parity").local_path(store);
+    config.options.history.enabled = true;
+    let app = table_catalog::http::router(std::sync::Arc::new(config.open().await.expect("open")));
+    let cases: [(&[&str], &str); 2] = [
+        (&["--history", "on", "history", "icao=KAAA", "--limit", "0"], "/api/records/history?icao=KAAA&limit=0"),
+        (&["dead", "--limit", "0"], "/api/wal/dead?limit=0"),
+    ];
+    for (args, uri) in cases {
+        let out = bin(store, args);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {}", stderr(&out));
+        let (status, body) = common::call(&app, "GET", uri, None, Body::empty()).await;
+        assert_eq!(status.as_u16(), 400, "{uri}: {body}");
+        let message = body["error"]["message"].as_str().unwrap_or_default();
+        assert!(message.contains("limit") && stderr(&out).contains(message), "{message} / {}", stderr(&out));
+    }
+    // A positive limit still prints: the one change, and no dead entry.
+    let history = bin(store, &["--history", "on", "history", "icao=KAAA", "--limit", "5000"]);
+    assert_eq!(stdout_json(&history).len(), 1, "{}", stderr(&history));
+    let dead = bin(store, &["dead", "--limit", "5000"]);
+    assert!(dead.status.success() && dead.stdout.is_empty(), "{}", stderr(&dead));
+}
