@@ -159,8 +159,9 @@ fn help_offers_what_the_command_takes() {
     assert_eq!(offered, ["verify", "repair", "trim-history"]);
 }
 
-/// `history --limit 0` and `dead --limit 0` fail with the message HTTP's 400 carries for
-/// `limit=0` (they printed "no history" / nothing and exited 0), as `query --limit 0` does.
+/// `history --limit 0`, `dead --limit 0` and `jobs list --limit 0` fail with the message
+/// HTTP's 400 carries for `limit=0` (they printed "no history", nothing, one job, and exited
+/// 0), as `query --limit 0` does.
 #[tokio::test]
 async fn a_zero_limit_fails_in_history_and_dead_as_over_http() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -170,9 +171,10 @@ async fn a_zero_limit_fails_in_history_and_dead_as_over_http() {
     let mut config = Config::new("parity").local_path(store);
     config.options.history.enabled = true;
     let app = table_catalog::http::router(std::sync::Arc::new(config.open().await.expect("open")));
-    let cases: [(&[&str], &str); 2] = [
+    let cases: [(&[&str], &str); 3] = [
         (&["--history", "on", "history", "icao=KAAA", "--limit", "0"], "/api/records/history?icao=KAAA&limit=0"),
         (&["dead", "--limit", "0"], "/api/wal/dead?limit=0"),
+        (&["jobs", "list", "--limit", "0"], "/api/jobs?limit=0"),
     ];
     for (args, uri) in cases {
         let out = bin(store, args);
@@ -187,4 +189,6 @@ async fn a_zero_limit_fails_in_history_and_dead_as_over_http() {
     assert_eq!(stdout_json(&history).len(), 1, "{}", stderr(&history));
     let dead = bin(store, &["dead", "--limit", "5000"]);
     assert!(dead.status.success() && dead.stdout.is_empty(), "{}", stderr(&dead));
+    let jobs = bin(store, &["jobs", "list", "--limit", "5000"]);
+    assert!(jobs.status.success() && jobs.stdout.is_empty(), "{}", stderr(&jobs));
 }

@@ -85,7 +85,12 @@ async fn list(State(c): State<AppState>, RawQuery(q): RawQuery) -> Result<Respon
     let (mut limit, mut token) = (super::DEFAULT_LIMIT, None);
     for (k, v) in query(q, "GET /api/jobs", &["limit", "continuation"])? {
         match k.as_str() {
-            "limit" => limit = number("limit", &v, MAX_PAGE)?,
+            // The range is checked by `Jobs::list`, with the message `jobs list --limit` gives.
+            "limit" => {
+                limit = v
+                    .parse()
+                    .map_err(|_| ApiError::bad_request(format!("limit: '{v}' is not a number (1..={MAX_PAGE})")))?
+            }
             _ => token = Some(v),
         }
     }
