@@ -611,7 +611,7 @@ impl Catalog {
     /// acknowledged yet). One read per shard for the pending check and one for the checkpoints,
     /// plus one for the dead partition.
     pub async fn wal_state(&self, id: &str) -> Result<WalState> {
-        let id = WalId::parse(id).ok_or_else(|| Error::invalid(format!("'{id}' is not a WAL id")))?;
+        let id = WalId::parse(id).ok_or_else(|| Error::invalid(format!("id: '{id}' is not a WAL id")))?;
         if self.wal.find_pending(&id).await?.is_some() {
             return Ok(WalState::Pending);
         }

@@ -192,3 +192,19 @@ async fn a_zero_limit_fails_in_history_and_dead_as_over_http() {
     let jobs = bin(store, &["jobs", "list", "--limit", "5000"]);
     assert!(jobs.status.success() && jobs.stdout.is_empty(), "{}", stderr(&jobs));
 }
+
+/// `wal show` of a malformed id fails naming the field, with HTTP's 400 message.
+#[tokio::test]
+async fn a_malformed_wal_id_is_refused_naming_the_field() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = dir.path();
+    assert!(bin(store, &["insert", r#"{"icao":"KAAA","name":"Field KAAA"}"#]).status.success());
+    let catalog = Config::new("parity").local_path(store).open().await.expect("open");
+    let app = table_catalog::http::router(std::sync::Arc::new(catalog));
+    let shown = bin(store, &["wal", "show", "bogus"]);
+    assert_eq!(shown.status.code(), Some(1), "{}", stderr(&shown));
+    let (status, body) = common::call(&app, "GET", "/api/wal/bogus", None, Body::empty()).await;
+    assert_eq!(status.as_u16(), 400, "{body}");
+    assert_eq!(body["error"]["message"], "id: 'bogus' is not a WAL id", "{body}");
+    assert!(stderr(&shown).contains("id: 'bogus' is not a WAL id"), "{}", stderr(&shown));
+}
