@@ -580,7 +580,7 @@ impl Catalog {
     ) -> Result<HistoryPage> {
         let Some(table) = self.applier.history_table() else {
             return Err(Error::NotFound(format!(
-                "catalog '{}' keeps no history; set {}=on",
+                "catalog '{}' keeps no history; set {}=on (CLI: --history on)",
                 self.names.table,
                 crate::settings::HISTORY
             )));

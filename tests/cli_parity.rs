@@ -193,14 +193,25 @@ async fn a_zero_limit_fails_in_history_and_dead_as_over_http() {
     assert!(jobs.status.success() && jobs.stdout.is_empty(), "{}", stderr(&jobs));
 }
 
-/// `wal show` of a malformed id fails naming the field, with HTTP's 400 message.
+/// `wal show` of a malformed id fails naming the field, with HTTP's 400 message; `history`
+/// on a catalog without history names the CLI flag besides the setting, with HTTP's 404
+/// message.
 #[tokio::test]
-async fn a_malformed_wal_id_is_refused_naming_the_field() {
+async fn a_malformed_wal_id_and_history_off_are_refused_alike() {
     let dir = tempfile::tempdir().expect("tempdir");
     let store = dir.path();
     assert!(bin(store, &["insert", r#"{"icao":"KAAA","name":"Field KAAA"}"#]).status.success());
     let catalog = Config::new("parity").local_path(store).open().await.expect("open");
     let app = table_catalog::http::router(std::sync::Arc::new(catalog));
+    // History off: the error names the setting and the CLI flag, alike.
+    let history = bin(store, &["history", "icao=KAAA"]);
+    assert_eq!(history.status.code(), Some(1), "{}", stderr(&history));
+    let (status, body) = common::call(&app, "GET", "/api/records/history?icao=KAAA", None, Body::empty()).await;
+    assert_eq!(status.as_u16(), 404, "{body}");
+    let message = body["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("TABLE_CATALOG_HISTORY=on") && message.contains("--history on"), "{message}");
+    assert!(stderr(&history).contains(message), "{}", stderr(&history));
+
     let shown = bin(store, &["wal", "show", "bogus"]);
     assert_eq!(shown.status.code(), Some(1), "{}", stderr(&shown));
     let (status, body) = common::call(&app, "GET", "/api/wal/bogus", None, Body::empty()).await;
