@@ -580,7 +580,7 @@ impl Catalog {
     ) -> Result<HistoryPage> {
         let Some(table) = self.applier.history_table() else {
             return Err(Error::NotFound(format!(
-                "catalog '{}' keeps no history; set {}=on",
+                "catalog '{}' keeps no history; set {}=on (CLI: --history on)",
                 self.names.table,
                 crate::settings::HISTORY
             )));
@@ -611,7 +611,7 @@ impl Catalog {
     /// acknowledged yet). One read per shard for the pending check and one for the checkpoints,
     /// plus one for the dead partition.
     pub async fn wal_state(&self, id: &str) -> Result<WalState> {
-        let id = WalId::parse(id).ok_or_else(|| Error::invalid(format!("'{id}' is not a WAL id")))?;
+        let id = WalId::parse(id).ok_or_else(|| Error::invalid(format!("id: '{id}' is not a WAL id")))?;
         if self.wal.find_pending(&id).await?.is_some() {
             return Ok(WalState::Pending);
         }

@@ -130,3 +130,92 @@ fn replace_and_a_ranged_delete_from_the_cli() {
     assert_eq!(bad.status.code(), Some(1));
     assert!(stderr(&bad).contains("must be a JSON object"), "{}", stderr(&bad));
 }
+
+/// The bracketed `[possible values: ...]` list clap prints in a help text or an error.
+fn possible_values(text: &str) -> Vec<String> {
+    let start = text.find("[possible values: ").map(|i| i + "[possible values: ".len());
+    let list = start.and_then(|s| text[s..].find(']').map(|e| &text[s..s + e]));
+    list.unwrap_or_else(|| panic!("no possible values in: {text}")).split(", ").map(str::to_string).collect()
+}
+
+/// Help offers what the command takes (issue 28): `export --help` has no `--parallel` (export
+/// runs serially, and the flag is refused), and `jobs start --help` lists the kinds that
+/// `jobs start` accepts, the same list its error for another kind gives.
+#[test]
+fn help_offers_what_the_command_takes() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let help = bin(dir.path(), &["export", "--help"]);
+    let text = String::from_utf8_lossy(&help.stdout);
+    assert!(help.status.success() && text.contains("--segment"), "{text}");
+    assert!(!text.contains("--parallel"), "export does not run in parallel: {text}");
+    assert_eq!(bin(dir.path(), &["export", "--parallel", "2"]).status.code(), Some(2));
+
+    let help = bin(dir.path(), &["jobs", "start", "--help"]);
+    assert!(help.status.success(), "{}", stderr(&help));
+    let offered = possible_values(&String::from_utf8_lossy(&help.stdout));
+    let refused = bin(dir.path(), &["jobs", "start", "nosuchkind"]);
+    assert_eq!(refused.status.code(), Some(2), "{}", stderr(&refused));
+    assert_eq!(offered, possible_values(&stderr(&refused)));
+    assert_eq!(offered, ["verify", "repair", "trim-history"]);
+}
+
+/// `history --limit 0`, `dead --limit 0` and `jobs list --limit 0` fail with the message
+/// HTTP's 400 carries for `limit=0` (they printed "no history", nothing, one job, and exited
+/// 0), as `query --limit 0` does.
+#[tokio::test]
+async fn a_zero_limit_fails_in_history_and_dead_as_over_http() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = dir.path();
+    let record = r#"{"icao":"KAAA","name":"Field KAAA"}"#;
+    assert!(bin(store, &["--history", "on", "insert", record]).status.success());
+    let mut config = Config::new("parity").local_path(store);
+    config.options.history.enabled = true;
+    let app = table_catalog::http::router(std::sync::Arc::new(config.open().await.expect("open")));
+    let cases: [(&[&str], &str); 3] = [
+        (&["--history", "on", "history", "icao=KAAA", "--limit", "0"], "/api/records/history?icao=KAAA&limit=0"),
+        (&["dead", "--limit", "0"], "/api/wal/dead?limit=0"),
+        (&["jobs", "list", "--limit", "0"], "/api/jobs?limit=0"),
+    ];
+    for (args, uri) in cases {
+        let out = bin(store, args);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {}", stderr(&out));
+        let (status, body) = common::call(&app, "GET", uri, None, Body::empty()).await;
+        assert_eq!(status.as_u16(), 400, "{uri}: {body}");
+        let message = body["error"]["message"].as_str().unwrap_or_default();
+        assert!(message.contains("limit") && stderr(&out).contains(message), "{message} / {}", stderr(&out));
+    }
+    // A positive limit still prints: the one change, and no dead entry.
+    let history = bin(store, &["--history", "on", "history", "icao=KAAA", "--limit", "5000"]);
+    assert_eq!(stdout_json(&history).len(), 1, "{}", stderr(&history));
+    let dead = bin(store, &["dead", "--limit", "5000"]);
+    assert!(dead.status.success() && dead.stdout.is_empty(), "{}", stderr(&dead));
+    let jobs = bin(store, &["jobs", "list", "--limit", "5000"]);
+    assert!(jobs.status.success() && jobs.stdout.is_empty(), "{}", stderr(&jobs));
+}
+
+/// `wal show` of a malformed id fails naming the field, with HTTP's 400 message; `history`
+/// on a catalog without history names the CLI flag besides the setting, with HTTP's 404
+/// message.
+#[tokio::test]
+async fn a_malformed_wal_id_and_history_off_are_refused_alike() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = dir.path();
+    assert!(bin(store, &["insert", r#"{"icao":"KAAA","name":"Field KAAA"}"#]).status.success());
+    let catalog = Config::new("parity").local_path(store).open().await.expect("open");
+    let app = table_catalog::http::router(std::sync::Arc::new(catalog));
+    // History off: the error names the setting and the CLI flag, alike.
+    let history = bin(store, &["history", "icao=KAAA"]);
+    assert_eq!(history.status.code(), Some(1), "{}", stderr(&history));
+    let (status, body) = common::call(&app, "GET", "/api/records/history?icao=KAAA", None, Body::empty()).await;
+    assert_eq!(status.as_u16(), 404, "{body}");
+    let message = body["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("TABLE_CATALOG_HISTORY=on") && message.contains("--history on"), "{message}");
+    assert!(stderr(&history).contains(message), "{}", stderr(&history));
+
+    let shown = bin(store, &["wal", "show", "bogus"]);
+    assert_eq!(shown.status.code(), Some(1), "{}", stderr(&shown));
+    let (status, body) = common::call(&app, "GET", "/api/wal/bogus", None, Body::empty()).await;
+    assert_eq!(status.as_u16(), 400, "{body}");
+    assert_eq!(body["error"]["message"], "id: 'bogus' is not a WAL id", "{body}");
+    assert!(stderr(&shown).contains("id: 'bogus' is not a WAL id"), "{}", stderr(&shown));
+}

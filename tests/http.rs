@@ -251,3 +251,17 @@ async fn unknown_routes_and_wrong_methods_answer_json_errors() {
         }
     }
 }
+
+/// `POST /api/jobs` without a kind names every kind it starts by hand, the ones the README's
+/// route table lists (it named only verify and repair, though rebuild and trim-history start).
+#[tokio::test]
+async fn a_job_without_a_kind_names_the_kinds_it_starts() {
+    let app = table_catalog::http::router(airports_catalog(common::Backend::Local).await);
+    let (s, body) = call(&app, "POST", "/api/jobs", JSON, "{}".to_string()).await;
+    assert_eq!(s, StatusCode::BAD_REQUEST, "{body}");
+    let message = body["error"]["message"].as_str().unwrap_or_default();
+    assert_eq!(message, "kind: required (verify, repair, rebuild, trim-history)", "{body}");
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let row = readme.lines().find(|l| l.starts_with("| `POST /api/jobs`")).unwrap();
+    assert!(row.contains(r#"{"kind": "verify"|"repair"|"rebuild"|"trim-history""#), "{row}");
+}

@@ -6,7 +6,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
-use futures::StreamExt;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::Value;
 use table_catalog::apply::DrainOutcome;
@@ -135,15 +134,17 @@ pub async fn run(cli: Cli) -> Result<ExitCode> {
                 filter.split_once('=').with_context(|| format!("filter '{filter}': expected field=value"))?;
             let mut token: Option<String> = None;
             let mut printed = 0;
-            while printed < limit {
-                let page = catalog.history(field, value, (limit - printed).min(1000), token.as_deref()).await?;
+            // As `query`: the first page is always asked for, so the catalog checks the limit.
+            loop {
+                let page =
+                    catalog.history(field, value, limit.saturating_sub(printed).min(1000), token.as_deref()).await?;
                 for change in page.history {
                     println!("{}", serde_json::to_string(&change)?);
                     printed += 1;
                 }
                 match page.continuation {
-                    Some(t) => token = Some(t),
-                    None => break,
+                    Some(t) if printed < limit => token = Some(t),
+                    _ => break,
                 }
             }
             if printed == 0 {
@@ -156,9 +157,19 @@ pub async fn run(cli: Cli) -> Result<ExitCode> {
         Command::Status => println!("{}", serde_json::to_string(&catalog.status().await?)?),
         Command::Sweep => println!("{}", serde_json::to_string(&catalog.sweep().await?)?),
         Command::Dead { limit } => {
-            let mut entries = catalog.dead_entries().take(limit);
-            while let Some(e) = entries.next().await {
-                println!("{}", serde_json::to_string(&e?)?);
+            let mut token: Option<String> = None;
+            let mut printed = 0;
+            // As `query`: the first page is always asked for, so the WAL checks the limit.
+            loop {
+                let page = catalog.dead(limit.saturating_sub(printed).min(1000), token.as_deref()).await?;
+                for e in page.entries {
+                    println!("{}", serde_json::to_string(&e)?);
+                    printed += 1;
+                }
+                match page.continuation {
+                    Some(t) if printed < limit => token = Some(t),
+                    _ => break,
+                }
             }
         }
         Command::Redrive { id } => {
@@ -189,11 +200,8 @@ pub async fn run(cli: Cli) -> Result<ExitCode> {
             }
             return super::jobs::rebuild(catalog, params, parallel).await;
         }
-        Command::Export { scan, .. } if scan.parallel > 0 => {
-            bail!("--parallel: export runs serially (use GET /api/export to stream it)")
-        }
-        Command::Export { output, scan } => {
-            return super::whole_table::export(&catalog, output.as_deref(), &scan).await
+        Command::Export { output, segment } => {
+            return super::whole_table::export(&catalog, output.as_deref(), segment).await
         }
         Command::Bench(_) => {} // run above, without a catalog
     }

@@ -21,6 +21,10 @@ use super::ScanArgs;
 /// Exit status when a verify job has findings (as the serial `verify`).
 const FINDINGS_EXIT: u8 = 3;
 
+/// The kinds `jobs start` starts: the ones that take no parameter but `segment`. Its help and
+/// its error for another kind list these.
+const STARTABLE: [&str; 3] = ["verify", "repair", "trim-history"];
+
 /// `jobs` subcommands.
 #[derive(Debug, Subcommand)]
 pub enum JobsAction {
@@ -44,9 +48,11 @@ pub enum JobsAction {
         id: String,
     },
     /// Start a job and print it; workers elsewhere (`serve`, the Functions app, `jobs work`)
-    /// run it.
+    /// run it. The other kinds start elsewhere: `rebuild` by `table-catalog rebuild`,
+    /// `backfill` and `drop-index` by `index add` and `index drop`.
     Start {
-        /// `verify` or `repair`.
+        /// The kind of job (trim-history needs `--history on` and `--history-days N`).
+        #[arg(value_parser = clap::builder::PossibleValuesParser::new(STARTABLE))]
         kind: String,
         /// Entities per scan query (1-1000).
         #[arg(long, default_value_t = table_catalog::scan::MAX_SEGMENT)]
@@ -72,9 +78,19 @@ pub async fn run(catalog: Arc<Catalog>, action: JobsAction) -> Result<ExitCode> 
     let jobs = Jobs::for_catalog(catalog.clone());
     match action {
         JobsAction::List { limit } => {
-            let page = jobs.list(limit, None).await?;
-            for job in page.jobs {
-                println!("{}", serde_json::to_string(&job)?);
+            let mut token: Option<String> = None;
+            let mut printed = 0;
+            // As `query`: the first page is always asked for, so `Jobs::list` checks the limit.
+            loop {
+                let page = jobs.list(limit.saturating_sub(printed).min(1000), token.as_deref()).await?;
+                for job in page.jobs {
+                    println!("{}", serde_json::to_string(&job)?);
+                    printed += 1;
+                }
+                match page.continuation {
+                    Some(t) if printed < limit => token = Some(t),
+                    _ => break,
+                }
             }
         }
         JobsAction::Show { id, findings } => {

@@ -237,13 +237,15 @@ pub enum Command {
     /// Re-log the latest state of every record `verify` finds disagreeing through the WAL
     /// (never editing rows directly), then apply; prints what it did (JSON).
     Repair(ScanArgs),
-    /// Write every live record once as JSON lines (readable by `import`).
+    /// Write every live record once as JSON lines (readable by `import`): a serial scan in
+    /// this process (`GET /api/export` streams it over HTTP).
     Export {
         /// Write to this file [default: stdout].
         #[arg(long)]
         output: Option<PathBuf>,
-        #[command(flatten)]
-        scan: ScanArgs,
+        /// Entities per scan query (1-1000).
+        #[arg(long, default_value_t = table_catalog::scan::MAX_SEGMENT, value_parser = parse_segment)]
+        segment: usize,
     },
     /// Copy every record into a new catalog with another schema, as a job: change the row
     /// key, index fields or hashed fields, or rotate the hash secret (set
@@ -331,7 +333,7 @@ pub struct ScanArgs {
     pub concurrency: usize,
     /// Run as a job (the scan split into work items on the scan queue) with this many
     /// workers in this process; other workers (`serve`, Functions) may join. 0: a serial
-    /// scan in this process. Not for `export`.
+    /// scan in this process.
     #[arg(long, default_value_t = 0)]
     pub parallel: usize,
 }
@@ -343,20 +345,23 @@ pub enum FormatArg {
 }
 
 /// Logs to stderr; `RUST_LOG` overrides the default level (info for servers, warn otherwise).
-/// Colour (ANSI escapes) only when stderr is a terminal, so log files hold plain text.
+/// Colour (ANSI escapes) only when stderr is a terminal and `NO_COLOR` is unset or empty
+/// (<https://no-color.org>), so log files hold plain text.
 pub fn init_logging(command: &Command) {
     use std::io::IsTerminal as _;
+    let ansi = colour(std::io::stderr().is_terminal(), std::env::var_os("NO_COLOR").as_deref());
     let default = match command {
         Command::Serve { .. } | Command::Handler => "info",
         _ => "warn",
     };
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal())
-        .try_init();
+    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(ansi).try_init();
+}
+
+/// Whether log lines carry colour: on a terminal, unless `NO_COLOR` holds a non-empty value.
+fn colour(terminal: bool, no_color: Option<&std::ffi::OsStr>) -> bool {
+    terminal && no_color.is_none_or(|v| v.is_empty())
 }
 
 impl CatalogArgs {
@@ -389,4 +394,19 @@ impl CatalogArgs {
 /// Runs the command.
 pub async fn run(cli: Cli) -> Result<ExitCode> {
     commands::run(cli).await
+}
+
+#[cfg(test)]
+mod tests {
+    use std::ffi::OsStr;
+
+    /// Colour only on a terminal, and `NO_COLOR=1` turns it off there too (an empty
+    /// `NO_COLOR` does not, as no-color.org says).
+    #[test]
+    fn colour_only_on_a_terminal_without_no_color() {
+        assert!(super::colour(true, None));
+        assert!(super::colour(true, Some(OsStr::new(""))));
+        assert!(!super::colour(true, Some(OsStr::new("1"))));
+        assert!(!super::colour(false, None));
+    }
 }

@@ -76,8 +76,9 @@ pub async fn repair(catalog: &Catalog, args: &ScanArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// `export`: every live record once, as JSON lines, to `output` or stdout.
-pub async fn export(catalog: &Catalog, output: Option<&Path>, args: &ScanArgs) -> Result<ExitCode> {
+/// `export`: every live record once, as JSON lines, to `output` or stdout, `segment` entities
+/// per scan query.
+pub async fn export(catalog: &Catalog, output: Option<&Path>, segment: usize) -> Result<ExitCode> {
     warn_if_pending(catalog).await?;
     let mut sink: Box<dyn Write> = match output {
         Some(path) => Box::new(std::io::BufWriter::new(
@@ -88,7 +89,7 @@ pub async fn export(catalog: &Catalog, output: Option<&Path>, args: &ScanArgs) -
     let bar = progress("exporting");
     let (store, table) = (catalog.store().as_ref(), &catalog.names().table);
     let written =
-        export::to_writer(store, table, &catalog.schema(), args.segment, &mut sink, |n| bar.set_position(n)).await?;
+        export::to_writer(store, table, &catalog.schema(), segment, &mut sink, |n| bar.set_position(n)).await?;
     bar.finish_and_clear();
     eprintln!("{}", serde_json::json!({ "exported": written }));
     Ok(ExitCode::SUCCESS)

@@ -2,7 +2,7 @@
 //!
 //! | route | does |
 //! |---|---|
-//! | `POST /api/jobs` | start a job: body `{"kind": "verify"|"repair", "params": {...}}`; 202 with the job |
+//! | `POST /api/jobs` | start a job: body `{"kind": "verify"|"repair"|"rebuild"|"trim-history", "params": {...}}`; 202 with the job |
 //! | `GET /api/jobs[?limit&continuation]` | jobs, newest first |
 //! | `GET /api/jobs/{id}` | one job, with live totals while it runs |
 //! | `DELETE /api/jobs/{id}` | cancel; 409 when it is already final |
@@ -68,10 +68,10 @@ fn number(name: &str, value: &str, max: usize) -> Result<usize, ApiError> {
 async fn start(State(c): State<AppState>, body: Bytes) -> Result<Response, ApiError> {
     let body: Json_ = serde_json::from_slice(&body)
         .map_err(|e| ApiError::bad_request(format!("body: not a JSON object {{\"kind\", \"params\"}}: {e}")))?;
-    let kind = body
-        .get("kind")
-        .and_then(Json_::as_str)
-        .ok_or_else(|| ApiError::bad_request("kind: required (verify, repair)"))?;
+    let kind = body.get("kind").and_then(Json_::as_str).ok_or_else(|| {
+        let kinds: Vec<&str> = JobKind::BY_HAND.iter().map(|k| k.name()).collect();
+        ApiError::bad_request(format!("kind: required ({})", kinds.join(", ")))
+    })?;
     let kind = JobKind::parse(kind)?;
     if let Some(k) = body.as_object().and_then(|o| o.keys().find(|k| !["kind", "params"].contains(&k.as_str()))) {
         return Err(ApiError::bad_request(format!("{k}: unknown field (a job has kind and params)")));
@@ -85,7 +85,12 @@ async fn list(State(c): State<AppState>, RawQuery(q): RawQuery) -> Result<Respon
     let (mut limit, mut token) = (super::DEFAULT_LIMIT, None);
     for (k, v) in query(q, "GET /api/jobs", &["limit", "continuation"])? {
         match k.as_str() {
-            "limit" => limit = number("limit", &v, MAX_PAGE)?,
+            // The range is checked by `Jobs::list`, with the message `jobs list --limit` gives.
+            "limit" => {
+                limit = v
+                    .parse()
+                    .map_err(|_| ApiError::bad_request(format!("limit: '{v}' is not a number (1..={MAX_PAGE})")))?
+            }
             _ => token = Some(v),
         }
     }

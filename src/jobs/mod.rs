@@ -187,9 +187,14 @@ impl Jobs {
         self.rows.read_job(id).await?.ok_or_else(|| Error::NotFound(format!("id: no job '{id}'")))
     }
 
-    /// One page of jobs, newest first (at most `limit`, 1..=1,000).
+    /// One page of jobs, newest first (at most `limit`, 1..=1,000; [`Error::Invalid`] naming
+    /// `limit` and the range otherwise, as a query's page).
     pub async fn list(&self, limit: usize, continuation: Option<&str>) -> Result<JobPage> {
-        let (jobs, continuation) = self.rows.list(limit.clamp(1, 1000), continuation).await?;
+        let max = crate::store::MAX_PAGE;
+        if !(1..=max).contains(&limit) {
+            return Err(Error::invalid(format!("limit: {limit} is out of range 1..={max}")));
+        }
+        let (jobs, continuation) = self.rows.list(limit, continuation).await?;
         Ok(JobPage { jobs, continuation })
     }
 

@@ -99,6 +99,10 @@ impl JobKind {
         JobKind::DropIndex,
     ];
 
+    /// The kinds `POST /api/jobs` starts by hand (`backfill` and `drop-index` start with an
+    /// index change), as its error for a missing kind lists them.
+    pub const BY_HAND: [JobKind; 4] = [JobKind::Verify, JobKind::Repair, JobKind::Rebuild, JobKind::TrimHistory];
+
     /// The kind's name (`verify`, ...).
     pub fn name(self) -> &'static str {
         match self {

@@ -59,7 +59,9 @@ impl JobRunner for TrimHistory {
             return Err(Error::invalid(format!("params.{unknown}: unknown parameter (known: days, segment)")));
         }
         if !self.catalog.options().history.enabled {
-            return Err(Error::invalid("kind: this catalog keeps no history (TABLE_CATALOG_HISTORY is off)"));
+            return Err(Error::invalid(
+                "kind: this catalog keeps no history (TABLE_CATALOG_HISTORY is off; CLI: --history on)",
+            ));
         }
         self.days(params)?;
         segment_of(params)?;
