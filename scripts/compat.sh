@@ -9,13 +9,17 @@
 # 2. New -> old: today's build creates an embedded catalog `airports` (index keys icao,iata,lid,
 #    row key name) with the first COMPAT_RECORDS airports of data/airports.csv and runs
 #    `index add country`. Then the OLD build opens that catalog: a lookup, then an upsert.
-#    The old build must refuse (README: "A process with an older release refuses to open a
-#    catalog whose indexes changed"). FAIL when the old upsert succeeds or the store's content
-#    changed (every SQLite table, compared row by row before and after the old build ran).
-# 3. Old -> new: the OLD build creates the same catalog (import, an upsert twice, a delete);
-#    today's build opens it: `verify` must be clean, an upsert must succeed and be found, and
-#    `verify` must stay clean. The same checks run on a copy of tests/data/compat/COMMIT/ when
-#    that fixture exists (the store is never opened in place).
+#    lookup and upsert once with the schema configured (TABLE_CATALOG_INDEX_KEYS, as a deployed
+#    process has it) and once without. The old build must refuse (README: "an older release
+#    refuses to open a catalog whose indexes changed, configured or not"). FAIL when an old
+#    upsert succeeds or the store's content changed (every SQLite table, compared row by row
+#    before and after the old build ran); an old lookup that answers is reported, not failed.
+# 3. Old -> new: the OLD build creates the catalog tests/data/compat/README.md describes
+#    (import, 00AK upserted twice, 00AA deleted, recover); today's build opens it: `verify`
+#    must be clean, an upsert must succeed and be found, and `verify` must stay clean. The
+#    same checks run on copies of the checked-in fixtures tests/data/compat/COMMIT/ and
+#    COMMIT-pending/ (an old-format WAL entry left pending: today's `recover` applies it) when
+#    they exist; the fixtures are never opened in place.
 # Prints every command's exit status and output, then a summary. Exits 0 when every check
 # passes, 1 when one fails, 2 on a usage or build error.
 #
@@ -74,7 +78,11 @@ fi
 for b in "$old_bin" "$new_bin"; do
     [ -x "$b" ] || { echo "compat: no binary at $b" >&2; exit 2; }
 done
-today="$(git rev-parse --short=7 HEAD)$(git diff --quiet HEAD -- src Cargo.toml Cargo.lock || echo +changes)"
+if [ -n "${TC_NEW_BIN:-}" ]; then
+    today="TC_NEW_BIN"
+else
+    today="$(git rev-parse --short=7 HEAD)$(git diff --quiet HEAD -- src Cargo.toml Cargo.lock || echo +changes)"
+fi
 
 work="${COMPAT_DIR:-$(mktemp -d "${TMPDIR:-/tmp}/compat.XXXXXX")}"
 mkdir -p "$work"
@@ -83,6 +91,7 @@ echo "compat: old = $short ($old_bin), new = $today ($new_bin), catalogs under $
 
 schema=(--name airports --index-keys icao,iata,lid --row-key name)
 old() { "$old_bin" --local-path "$1" "${schema[@]}" "${@:2}"; }
+old_bare() { "$old_bin" --local-path "$1" --name airports "${@:2}"; }   # schema read from the catalog
 new() { "$new_bin" --local-path "$1" "${schema[@]}" "${@:2}"; }
 
 # Runs one command, printing it, its exit status and its output (indented); sets $rc and $out.
@@ -133,21 +142,29 @@ step new new "$a" index add country
 [ "$rc" = 0 ] || { echo "compat: today's index add failed" >&2; exit 2; }
 step new new "$a" index list
 before="$(digest "$a")"
-step old old "$a" query icao=00AK
-old_query_rc=$rc
-step old old "$a" insert --upsert '{"icao":"ZZCO","iata":"ZZC","name":"Compat Old Field","country":"XC","elevation":1}'
-old_upsert_rc=$rc
+step "old $short" old "$a" query icao=00AK
+q1=$rc
+step "old $short" old "$a" insert --upsert '{"icao":"ZZCO","iata":"ZZC","lid":"ZZCO","name":"Compat Old Field","country":"XC","elevation":1}'
+u1=$rc
+step "old $short, unconfigured" old_bare "$a" query icao=00AK
+q2=$rc
+step "old $short, unconfigured" old_bare "$a" insert --upsert '{"icao":"ZZCU","iata":"ZZU","lid":"ZZCU","name":"Compat Old Unconfigured","country":"XC","elevation":1}'
+u2=$rc
 after="$(digest "$a")"
 echo
 echo "  store digest before the old build: $before, after: $after"
-if [ "$old_upsert_rc" = 0 ] || [ "$before" != "$after" ]; then
-    check FAIL "new->old: $short wrote to a catalog with an added index (upsert exit $old_upsert_rc, store $( [ "$before" = "$after" ] && echo unchanged || echo changed)); lookup exit $old_query_rc"
+changed=unchanged
+[ "$before" = "$after" ] || changed=changed
+if [ "$u1" = 0 ] || [ "$u2" = 0 ] || [ "$changed" = changed ]; then
+    check FAIL "new->old: $short wrote to a catalog with an added index (upsert exit $u1 configured, $u2 unconfigured; store $changed; lookups exit $q1, $q2)"
     # What today's build makes of it (informational).
     step new new "$a" query icao=ZZCO
     step new new "$a" query country=XC
     step new new "$a" verify
 else
-    check ok "new->old: $short refused (lookup exit $old_query_rc, upsert exit $old_upsert_rc), store unchanged"
+    answered=""
+    { [ "$q1" = 0 ] || [ "$q2" = 0 ]; } && answered=" (but a lookup answered: exit $q1 configured, $q2 unconfigured)"
+    check ok "new->old: $short refused every upsert (exit $u1, $u2), store unchanged$answered"
 fi
 
 # --- 2. old -> new ------------------------------------------------------------------------------
@@ -158,7 +175,7 @@ old_to_new() { # label dir
         check FAIL "old->new ($label): verify before a write: exit $rc"
         return
     fi
-    step new new "$d" insert --upsert '{"icao":"ZZCN","iata":"ZZN","name":"Compat New Field","country":"XC","elevation":2}'
+    step new new "$d" insert --upsert '{"icao":"ZZCN","iata":"ZZN","lid":"ZZCN","name":"Compat New Field","country":"XC","elevation":2}'
     local up=$rc
     step new new "$d" query icao=ZZCN
     local found=$out
@@ -175,28 +192,57 @@ echo
 echo "=== old -> new: $short creates the catalog; today's build opens it ==="
 b="$work/old-catalog"
 rm -rf "$b"
-step old old "$b" import --file "$work/airports-$records.csv"
+step "old $short" old "$b" import --file "$work/airports-$records.csv"
 [ "$rc" = 0 ] || { echo "compat: the old build's import failed" >&2; exit 2; }
-step old old "$b" insert --upsert '{"icao":"00AK","iata":"","name":"Lowell Field","city":"Anchor Point","subd":"Alaska","country":"US","elevation":260,"lat":59.948889,"lon":-151.692222,"tz":"America/Anchorage","lid":"00AK"}'
-step old old "$b" delete icao=00AA
-step old old "$b" recover
+lowell='{"city":"Anchor Point","country":"US","elevation":ELEV,"iata":"","icao":"00AK","lat":59.948889,"lid":"00AK","lon":-151.692222,"name":"Lowell Field","subd":"Alaska","tz":"America/Anchorage"}'
+step "old $short" old "$b" insert --upsert "${lowell/ELEV/255}"
+step "old $short" old "$b" insert --upsert "${lowell/ELEV/260}"
+step "old $short" old "$b" delete icao=00AA
+step "old $short" old "$b" recover
+
+# The lookups tests/data/compat/README.md lists, with today's build.
+old_catalog_reads() { # label dir
+    local label="$1" d="$2" q0 q1
+    step new new "$d" query icao=00AK
+    q0=$out
+    step new new "$d" query icao=00AA
+    q1=$out
+    if [[ "$q0" == *'"elevation":260'* ]] && [[ "$q1" != *'"icao"'* ]]; then
+        check ok "old->new ($label): icao=00AK is the second upsert (elevation 260), icao=00AA is deleted"
+    else
+        check FAIL "old->new ($label): icao=00AK / icao=00AA do not read as the old build left them"
+    fi
+}
+old_catalog_reads "fresh" "$b"
 old_to_new "fresh" "$b"
 
-fixture="$repo/tests/data/compat/$short"
-if [ -f "$fixture/catalog.sqlite3" ]; then
+fixtures="$repo/tests/data/compat"
+if [ -f "$fixtures/$short/catalog.sqlite3" ]; then
     echo
     echo "=== old -> new: the checked-in fixture tests/data/compat/$short (a copy) ==="
     c="$work/fixture-copy"
     rm -rf "$c"
-    cp -r "$fixture" "$c"
-    chmod -R u+w "$c"
-    step new new "$c" query icao=00AK
-    if [[ "$out" == *'"elevation":260'* ]]; then
-        check ok "old->new (fixture): icao=00AK reads the second upsert (elevation 260)"
-    else
-        check FAIL "old->new (fixture): icao=00AK did not return the second upsert (exit $rc)"
-    fi
+    mkdir -p "$c"
+    cp "$fixtures/$short/catalog.sqlite3" "$c/"
+    old_catalog_reads "fixture" "$c"
     old_to_new "fixture" "$c"
+fi
+if [ -f "$fixtures/$short-pending/catalog.sqlite3" ]; then
+    echo
+    echo "=== old -> new: tests/data/compat/$short-pending (a copy): an old-format WAL entry left pending ==="
+    c="$work/fixture-pending-copy"
+    rm -rf "$c"
+    mkdir -p "$c"
+    cp "$fixtures/$short-pending/catalog.sqlite3" "$c/"
+    step new new "$c" status
+    step new new "$c" recover
+    step new new "$c" query icao=ZZOL
+    if [[ "$out" == *'"Old Pending Field"'* ]]; then
+        check ok "old->new (pending fixture): today's recover applied the old build's pending upsert"
+    else
+        check FAIL "old->new (pending fixture): icao=ZZOL not found after today's recover"
+    fi
+    old_to_new "pending fixture" "$c"
 fi
 
 echo

@@ -928,7 +928,12 @@ async fn check(backend: common::Backend, run: Run) {
             );
             reported = Instant::now();
         }
-        let oldest = (st.pending > 0).then(|| format!("{} pending, checkpoint {:?}", st.pending, st.checkpoint));
+        // Per shard: the total is capped per shard, and the largest checkpoint hides a shard
+        // that lags behind the others.
+        let oldest = (st.pending > 0).then(|| {
+            let shards: Vec<_> = st.shards.iter().map(|s| (s.pending, s.checkpoint.clone())).collect();
+            format!("{} pending, shards {shards:?}", st.pending)
+        });
         if queued == 0 && oldest.is_none() {
             break;
         }

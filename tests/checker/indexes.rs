@@ -305,7 +305,16 @@ async fn settled(c: &Catalog, timeline: &Timeline, poll: Duration, all: bool) {
         }
         if checked.elapsed() > Duration::from_secs(5) {
             checked = Instant::now();
-            let now = (timeline.describe(), c.status().await.ok().map(|s| (s.pending, s.checkpoint)));
+            // Per shard: the total is capped (10,000 per shard) and the largest checkpoint
+            // hides a shard that lags behind the others, so a shard working through a backlog
+            // over the cap looked stalled (Azurite, seed 21, 20,000 operations).
+            let now = (
+                timeline.describe(),
+                c.status().await.ok().map(|s| {
+                    let shards: Vec<_> = s.shards.iter().map(|x| (x.pending, x.checkpoint.clone())).collect();
+                    (s.pending, format!("{shards:?}"))
+                }),
+            );
             if last.as_ref() != Some(&now) {
                 last = Some(now);
                 progress_at = Instant::now();
@@ -318,8 +327,8 @@ async fn settled(c: &Catalog, timeline: &Timeline, poll: Duration, all: bool) {
 }
 
 /// What [`settled`] watches for progress: the timeline's description, and the WAL's pending
-/// count and checkpoint (when the status could be read).
-type Progress = (String, Option<(u64, Option<String>)>);
+/// count with each shard's pending count and checkpoint (when the status could be read).
+type Progress = (String, Option<(u64, String)>);
 
 /// How long [`settled`] waits without any progress before it fails the run.
 const NO_PROGRESS: Duration = Duration::from_secs(180);
