@@ -188,3 +188,68 @@ async fn one_shard_catalog_migrates_to_four_shards_and_never_back() {
         migrate_one_shard_catalog_to_four(backend).await;
     }
 }
+
+/// Copies fixture folder `tests/data/compat/{name}` (a catalog a real older build wrote,
+/// tests/data/compat/README.md) to a fresh temporary folder: opening a file in place can
+/// rewrite it.
+fn fixture_copy(name: &str) -> tempfile::TempDir {
+    let from = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/compat").join(name);
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::copy(from.join("catalog.sqlite3"), dir.path().join("catalog.sqlite3")).unwrap();
+    dir
+}
+
+/// Issue 27, item 6 (upgrades, tested against real older builds): catalogs written by the
+/// release build of f9c09a6, the last commit before online index changes, open with this
+/// build (the schema from the stored row, as an unconfigured process reads it), verify
+/// clean, answer the lookups that build answered, apply an entry that build logged and left
+/// pending, take writes and an online index change; and once the indexes changed, the
+/// stored row is one that build refuses (its field-name check fails on the marker).
+#[tokio::test]
+async fn catalogs_written_by_the_build_of_f9c09a6_open_verify_and_take_writes() {
+    use table_catalog::store::local::{Durability, LocalStore};
+    use table_catalog::wal::schema_row;
+    for fixture in ["f9c09a6", "f9c09a6-pending"] {
+        let dir = fixture_copy(fixture);
+        let store: Arc<dyn Store> = Arc::new(LocalStore::open(dir.path(), Durability::Full).unwrap());
+        let names = Names::new("airports", None, None).unwrap();
+        let stored = schema_row::read(store.as_ref(), &names.wal_table).await.unwrap().expect("a schema row");
+        assert_eq!((stored.index_keys.join(","), stored.row_key.as_str()), ("icao,iata,lid".into(), "name"));
+        let schema = Schema::new(stored.index_keys.clone(), stored.row_key.clone()).unwrap();
+        let c = Catalog::open(store.clone(), names.clone(), schema.clone(), CatalogOptions::default()).await.unwrap();
+        c.recover().await.unwrap();
+        assert_eq!(c.status().await.unwrap().pending, 0, "{fixture}");
+        let report = verify::verify(store.as_ref(), &names.table, &c.schema()).await.unwrap();
+        assert!(report.ok(), "{fixture}: {:?}", report.findings);
+        // What the old build answered (tests/data/compat/README.md).
+        let one = |f: &str, v: &str| {
+            let c = &c;
+            let (f, v) = (f.to_string(), v.to_string());
+            async move { c.query_all(&by(&f, &v)).await.unwrap() }
+        };
+        let lowell = one("icao", "00AK").await;
+        assert_eq!(lowell.len(), 1, "{fixture}");
+        assert_eq!(lowell[0]["elevation"], json!(260), "{fixture}: the second upsert wins");
+        assert!(one("icao", "00AA").await.is_empty(), "{fixture}: deleted by the old build");
+        if fixture == "f9c09a6-pending" {
+            let pending = one("icao", "ZZOL").await;
+            assert_eq!(pending.len(), 1, "the old build's pending entry, applied by this one");
+            assert_eq!(pending[0]["name"], json!("Old Pending Field"));
+        }
+        // Writes and an online index change, then verify again.
+        let new = json!({"icao": "ZZNW", "iata": "ZNW", "lid": "ZZNW", "name": "New Field", "country": "XN"});
+        c.upsert(new.as_object().cloned().unwrap(), true).await.unwrap();
+        c.delete(by("icao", "00AK"), true).await.unwrap();
+        assert_eq!(one("iata", "ZNW").await.len(), 1);
+        assert!(one("icao", "00AK").await.is_empty());
+        let c = Arc::new(c);
+        table_catalog::indexes::add(&c, "country").await.unwrap();
+        let row = schema_row::read_row(store.as_ref(), &names.wal_table).await.unwrap().unwrap();
+        let stored_keys = row.str("index_keys").unwrap().to_string();
+        assert!(stored_keys.ends_with(schema_row::CHANGED_MARKER), "{stored_keys}");
+        // The old build, unconfigured, would build its schema from this list: refused.
+        assert!(Schema::new(Schema::parse_list(&stored_keys), "name").is_err(), "{stored_keys}");
+        let report = verify::verify(store.as_ref(), &names.table, &c.schema()).await.unwrap();
+        assert!(report.ok(), "{fixture} after writes: {:?}", report.findings);
+    }
+}
