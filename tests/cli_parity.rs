@@ -157,6 +157,14 @@ fn help_offers_what_the_command_takes() {
     assert_eq!(refused.status.code(), Some(2), "{}", stderr(&refused));
     assert_eq!(offered, possible_values(&stderr(&refused)));
     assert_eq!(offered, ["verify", "repair", "trim-history"]);
+
+    // Each write command describes itself (delete had no text, replace started with delete's).
+    let help = bin(dir.path(), &["--help"]);
+    let text = String::from_utf8_lossy(&help.stdout);
+    let line =
+        |cmd: &str| text.lines().find(|l| l.trim_start().starts_with(&format!("{cmd} "))).unwrap_or("").to_string();
+    assert!(line("delete").contains("Delete the records"), "{text}");
+    assert!(line("replace").contains("Replace the records") && !line("replace").contains("Delete"), "{text}");
 }
 
 /// `history --limit 0`, `dead --limit 0` and `jobs list --limit 0` fail with the message

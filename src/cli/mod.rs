@@ -189,7 +189,6 @@ pub enum Command {
         #[arg(long)]
         upsert: bool,
     },
-    /// Delete the records matching field=value filters and apply it.
     /// Replace the records a filter matches with one record (HTTP `PUT /api/records?FILTERS`):
     /// the matched records are removed and the record is stored, as one WAL entry.
     /// `table-catalog replace iata=JFK '{"icao":"KJFK",...}'`.
@@ -204,6 +203,8 @@ pub enum Command {
         #[arg(long)]
         row_to: Option<String>,
     },
+    /// Delete the records matching field=value filters and apply it (HTTP
+    /// `DELETE /api/records?FILTERS`).
     Delete {
         /// Filters, e.g. iata=JFK.
         #[arg(required = true)]
