@@ -733,7 +733,9 @@ fn parameters_file_fits_the_bicep_and_local_settings() {
 // The binary's source and the docs
 
 /// Environment variables read in src/ that are not settings: test-only switches.
-const NOT_SETTINGS: &[&str] = &["TABLE_CATALOG_CRASH_AT"];
+/// Read from the environment but not TableCatalog settings: a fault-injection hook, and
+/// `NO_COLOR` (the cross-tool convention of no-color.org, like `RUST_LOG`).
+const NOT_SETTINGS: &[&str] = &["TABLE_CATALOG_CRASH_AT", "NO_COLOR"];
 
 fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
     for entry in fs::read_dir(dir).unwrap() {
