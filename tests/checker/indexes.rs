@@ -147,6 +147,14 @@ impl Timeline {
         Timeline { start: Instant::now(), epochs: Mutex::new(BTreeMap::new()) }
     }
 
+    /// `field`'s index as the operator left it so far: how many times it was added, and
+    /// whether the latest was dropped since (`(0, false)` for a field never added).
+    pub fn phase(&self, field: &str) -> (usize, bool) {
+        let all = self.epochs.lock().unwrap();
+        let epochs = all.get(field).map_or(&[][..], Vec::as_slice);
+        (epochs.len(), epochs.last().is_some_and(|e| e.dropped_issued.is_some()))
+    }
+
     /// Each epoch's times, in seconds since the start: `country +1.2 active 3.4 -5.6 gone 7.8`.
     pub fn describe(&self) -> String {
         let at = |t: Instant| format!("{:.1}", t.saturating_duration_since(self.start).as_secs_f64());
