@@ -132,21 +132,12 @@ pub async fn run(cli: Cli) -> Result<ExitCode> {
         Command::History { filter, limit } => {
             let (field, value) =
                 filter.split_once('=').with_context(|| format!("filter '{filter}': expected field=value"))?;
-            let mut token: Option<String> = None;
-            let mut printed = 0;
-            // As `query`: the first page is always asked for, so the catalog checks the limit.
-            loop {
-                let page =
-                    catalog.history(field, value, limit.saturating_sub(printed).min(1000), token.as_deref()).await?;
-                for change in page.history {
-                    println!("{}", serde_json::to_string(&change)?);
-                    printed += 1;
-                }
-                match page.continuation {
-                    Some(t) if printed < limit => token = Some(t),
-                    _ => break,
-                }
-            }
+            let c = &catalog;
+            let printed = super::pages::print_pages(limit, |n, token| async move {
+                let page = c.history(field, value, n, token.as_deref()).await?;
+                Ok((page.history, page.continuation))
+            })
+            .await?;
             if printed == 0 {
                 eprintln!("no history for {filter}");
             }
@@ -157,20 +148,13 @@ pub async fn run(cli: Cli) -> Result<ExitCode> {
         Command::Status => println!("{}", serde_json::to_string(&catalog.status().await?)?),
         Command::Sweep => println!("{}", serde_json::to_string(&catalog.sweep().await?)?),
         Command::Dead { limit } => {
-            let mut token: Option<String> = None;
-            let mut printed = 0;
-            // As `query`: the first page is always asked for, so the WAL checks the limit.
-            loop {
-                let page = catalog.dead(limit.saturating_sub(printed).min(1000), token.as_deref()).await?;
-                for e in page.entries {
-                    println!("{}", serde_json::to_string(&e)?);
-                    printed += 1;
-                }
-                match page.continuation {
-                    Some(t) if printed < limit => token = Some(t),
-                    _ => break,
-                }
-            }
+            // The WAL checks the limit (the first page is always asked for).
+            let c = &catalog;
+            super::pages::print_pages(limit, |n, token| async move {
+                let page = c.dead(n, token.as_deref()).await?;
+                Ok((page.entries, page.continuation))
+            })
+            .await?;
         }
         Command::Redrive { id } => {
             let moved = catalog.redrive(id.as_deref()).await?;

@@ -78,20 +78,15 @@ pub async fn run(catalog: Arc<Catalog>, action: JobsAction) -> Result<ExitCode> 
     let jobs = Jobs::for_catalog(catalog.clone());
     match action {
         JobsAction::List { limit } => {
-            let mut token: Option<String> = None;
-            let mut printed = 0;
-            // As `query`: the first page is always asked for, so `Jobs::list` checks the limit.
-            loop {
-                let page = jobs.list(limit.saturating_sub(printed).min(1000), token.as_deref()).await?;
-                for job in page.jobs {
-                    println!("{}", serde_json::to_string(&job)?);
-                    printed += 1;
+            // `Jobs::list` checks the limit (the first page is always asked for).
+            super::pages::print_pages(limit, |n, token| {
+                let jobs = &jobs;
+                async move {
+                    let page = jobs.list(n, token.as_deref()).await?;
+                    Ok((page.jobs, page.continuation))
                 }
-                match page.continuation {
-                    Some(t) if printed < limit => token = Some(t),
-                    _ => break,
-                }
-            }
+            })
+            .await?;
         }
         JobsAction::Show { id, findings } => {
             let id = JobId::parse(&id)?;

@@ -5,6 +5,7 @@ mod bench;
 mod commands;
 mod index;
 mod jobs;
+mod pages;
 mod whole_table;
 
 use std::path::PathBuf;
