@@ -36,3 +36,9 @@ pub mod jobs;
 pub mod repair;
 pub mod server;
 pub mod verify;
+
+/// README.md, so that its Rust example (the "Library" section) compiles as a doctest; its
+/// command blocks run in `tests/readme.rs`.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;

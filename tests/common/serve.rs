@@ -18,12 +18,22 @@ pub struct Served {
     pub base: String,
     /// Reads stderr until the process ends.
     pub drain: tokio::task::JoinHandle<()>,
+    /// What it printed to stderr before its address (e.g. the import's summary line).
+    pub said: Vec<String>,
 }
 
 /// Starts `table-catalog {global} serve --listen 127.0.0.1:0 {serve}` with `env` added (and,
 /// unless `env` sets them, no connection string: the embedded store under `--local-path`).
 pub async fn start(global: &[&str], serve: &[&str], env: &[(&str, &str)]) -> Served {
+    start_in(None, global, serve, env).await
+}
+
+/// As [`start`], in the working folder `dir` (the test's own when `None`).
+pub async fn start_in(dir: Option<&std::path::Path>, global: &[&str], serve: &[&str], env: &[(&str, &str)]) -> Served {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_table-catalog"));
+    if let Some(dir) = dir {
+        cmd.current_dir(dir);
+    }
     cmd.env_remove("AZURE_STORAGE_CONNECTION_STRING").env_remove("AzureWebJobsStorage").env("RUST_LOG", "warn");
     for (k, v) in env {
         cmd.env(k, v);
@@ -43,13 +53,13 @@ pub async fn start(global: &[&str], serve: &[&str], env: &[(&str, &str)]) -> Ser
         let mut said = Vec::new();
         while let Ok(Some(line)) = stderr.next_line().await {
             if let Some(rest) = line.split_once("listening on http://").map(|(_, r)| r) {
-                return rest.split_whitespace().next().unwrap_or_default().to_string();
+                return (rest.split_whitespace().next().unwrap_or_default().to_string(), said);
             }
             said.push(line);
         }
         panic!("serve exited without printing its address; it said: {}", said.join("\n"));
     };
-    let address = tokio::time::timeout(START, find_address).await.expect("serve prints its address");
+    let (address, said) = tokio::time::timeout(START, find_address).await.expect("serve prints its address");
     let drain = tokio::spawn(async move { while let Ok(Some(_)) = stderr.next_line().await {} });
-    Served { child, base: format!("http://{address}"), drain }
+    Served { child, base: format!("http://{address}"), drain, said }
 }
