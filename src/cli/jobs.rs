@@ -2,6 +2,7 @@
 //! HTTP API and the Functions `scan` function run ([`table_catalog::jobs`]), with N workers
 //! in this process and a progress bar on stderr.
 
+use std::collections::BTreeMap;
 use std::io::Write;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -180,18 +181,62 @@ pub async fn run_parallel(catalog: Arc<Catalog>, kind: JobKind, args: &ScanArgs)
     match kind {
         JobKind::Verify => {
             print_findings(&jobs, &job.id).await?;
-            eprintln!("{}", serde_json::to_string(&job.counters)?);
+            eprintln!("{}", verify_summary(&job.counters)?);
             let findings = job.counters.get("findings").copied().unwrap_or(0);
             Ok(if findings == 0 { ExitCode::SUCCESS } else { ExitCode::from(FINDINGS_EXIT) })
         }
         JobKind::Repair | JobKind::Rebuild | JobKind::TrimHistory | JobKind::Backfill | JobKind::DropIndex => {
             let applied = catalog.recover().await?.applied();
-            let mut out = serde_json::to_value(&job.counters)?;
+            let mut out = scan_summary(kind, &job.counters);
             out["applied"] = applied.into();
             out["job"] = json!(job.id);
             println!("{out}");
             Ok(ExitCode::SUCCESS)
         }
+    }
+}
+
+/// Counters of a scan job that are totals, not finding kinds.
+const TOTALS: [&str; 9] =
+    ["partitions", "rows", "records", "tombstones", "findings", "upserts", "deletes", "removals", "unrepairable"];
+
+/// The finding kinds among a scan job's counters, `{kind: n}`.
+fn finding_counts(counters: &BTreeMap<String, u64>) -> BTreeMap<&str, u64> {
+    counters.iter().filter(|(k, _)| !TOTALS.contains(&k.as_str())).map(|(k, v)| (k.as_str(), *v)).collect()
+}
+
+/// A verify job's counters as the serial `verify` prints its `VerifyReport` (same fields, same
+/// order: `{rows, records, tombstones, findings: {kind: n}}`), so `--parallel` changes how the
+/// scan runs, not what it reports.
+fn verify_summary(counters: &BTreeMap<String, u64>) -> Result<String> {
+    #[derive(serde::Serialize)]
+    struct Summary<'a> {
+        rows: u64,
+        records: u64,
+        tombstones: u64,
+        findings: BTreeMap<&'a str, u64>,
+    }
+    let n = |k: &str| counters.get(k).copied().unwrap_or(0);
+    let summary = Summary {
+        rows: n("rows"),
+        records: n("records"),
+        tombstones: n("tombstones"),
+        findings: finding_counts(counters),
+    };
+    Ok(serde_json::to_string(&summary)?)
+}
+
+/// A repair job's counters as the serial `repair` prints its `RepairReport`
+/// (`{rows, findings, upserts, deletes, removals, unrepairable}`); other kinds' counters as
+/// they are.
+fn scan_summary(kind: JobKind, counters: &BTreeMap<String, u64>) -> serde_json::Value {
+    let n = |k: &str| counters.get(k).copied().unwrap_or(0);
+    match kind {
+        JobKind::Repair => json!({
+            "rows": n("rows"), "findings": finding_counts(counters), "upserts": n("upserts"), "deletes": n("deletes"),
+            "removals": n("removals"), "unrepairable": n("unrepairable"),
+        }),
+        _ => json!(counters),
     }
 }
 
