@@ -100,6 +100,13 @@ async fn cli_and_http_answer_alike() {
     let (status, body) = common::call(&app, "GET", &format!("/api/wal/{above}"), None, Body::empty()).await;
     assert_eq!(status.as_u16(), 404, "{body}");
     assert!(stderr(&shown).contains(body["error"]["message"].as_str().unwrap_or("?")), "{}", stderr(&shown));
+
+    // redrive: HTTP's answer on stdout (here nothing is dead).
+    let redrive = bin(store, &["redrive"]);
+    assert!(redrive.status.success(), "{}", stderr(&redrive));
+    let (status, body) = common::call(&app, "POST", "/api/wal/dead/redrive", None, Body::empty()).await;
+    assert_eq!(status.as_u16(), 200, "{body}");
+    assert_eq!(stdout_json(&redrive), [body], "redrive answers as POST /api/wal/dead/redrive");
 }
 
 /// `replace FIELD=VALUE… JSON` does what `PUT /api/records?FIELD=VALUE…` does (issue 27, item

@@ -157,9 +157,11 @@ pub async fn run(cli: Cli) -> Result<ExitCode> {
             .await?;
         }
         Command::Redrive { id } => {
+            // stdout: HTTP's answer, `{redriven: [ids]}`; the CLI then applies them (stderr says how many).
             let moved = catalog.redrive(id.as_deref()).await?;
             let applied = catalog.recover().await?;
-            println!("{}", serde_json::json!({"redriven": moved, "applied": applied.applied()}));
+            println!("{}", serde_json::json!({"redriven": moved}));
+            eprintln!("applied {} pending WAL entries", applied.applied());
         }
         Command::Verify(args) if args.parallel > 0 => {
             return super::jobs::run_parallel(catalog, table_catalog::jobs::JobKind::Verify, &args).await
