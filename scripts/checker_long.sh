@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Long run of the randomized checker (tests/checker.rs) on one backend, release build.
+# Long run of the randomized checker (tests/randomized/checker.rs) on one backend, release build.
 #
 #   scripts/checker_long.sh local   [OPS] [SEED] [CLIENTS] [SHARDS]   # defaults: 100000 7 8 4
 #   scripts/checker_long.sh azurite [OPS] [SEED] [CLIENTS] [SHARDS]   # defaults: 20000 21 8 4
@@ -41,10 +41,10 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# The test binary is the artifact of the `checker` test target (cargo also reports the
-# package's binary, which integration tests get built).
-exe="$(cargo test --release --features fault-injection --test checker --no-run --message-format=json-render-diagnostics |
-    grep '"kind":\["test"\]' | grep '"name":"checker"' | sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -n 1)"
+# The test binary is the artifact of the `randomized` test target, whose `checker` module is
+# the checker (cargo also reports the package's binary, which integration tests get built).
+exe="$(cargo test --release --features fault-injection --test randomized --no-run --message-format=json-render-diagnostics |
+    grep '"kind":\["test"\]' | grep '"name":"randomized"' | sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -n 1)"
 [ -x "$exe" ] || { echo "checker_long: no test binary built" >&2; exit 1; }
 cp "$exe" "$work/checker"
 
@@ -59,4 +59,4 @@ echo "checker_long: backend=$backend ops=$ops seed=$seed clients=$clients shards
 TC_CHECKER_READS="${TC_CHECKER_READS:-0.01}" TC_CHECKER_FROZEN="${TC_CHECKER_FROZEN:-0.1}" \
 TC_CHECKER_INDEX_CHANGES="${TC_CHECKER_INDEX_CHANGES:-20}" \
 TC_CHECKER_OPS="$ops" TC_CHECKER_SEED="$seed" TC_CHECKER_CLIENTS="$clients" TC_CHECKER_SHARDS="$shards" \
-    TC_CHECKER_BACKEND="$backend" "$work/checker" --nocapture
+    TC_CHECKER_BACKEND="$backend" "$work/checker" --nocapture checker::randomized

@@ -8,7 +8,7 @@ or when it is dynamic but needs no glibc symbol version (GLIBC_x.y in its versio
 DT_VERNEED) newer than --max-glibc. Fails (exit 1) otherwise, printing the interpreter, the
 shared libraries and the newest GLIBC_ version it needs. Reads the ELF itself (ELF64,
 little-endian; System V gABI), so no readelf is needed. scripts/package.sh runs it on every
-binary it packages; tests/package.rs checks the same with the `object` crate.
+binary it packages; tests/suite/package.rs checks the same with the `object` crate.
 """
 
 import argparse

@@ -32,7 +32,7 @@
 #                           of the tests: caught when it exits non-zero. Also TC_MUTANT_CMD.
 #                           E.g. the deterministic simulator or the randomized checker:
 #                             scripts/mutate.sh no-stamp --cmd \
-#                               'cargo test --release --features fault-injection --test checker -- randomized'
+#                               'cargo test --release --features fault-injection --test randomized -- checker::randomized'
 #   --keep-going            run every recorded test even after one caught the mutant (to
 #                           list all the tests that catch it)
 #
@@ -62,9 +62,20 @@ timeout_s="${TC_MUTANT_TIMEOUT:-900}"
 features="${TC_MUTANT_FEATURES:-fault-injection}"
 cargo="${CARGO:-cargo}"
 
-# Cargo's selector of a recorded test target: `lib` is the library's unit tests.
+# Cargo's selector of a recorded test target: `lib` is the library's unit tests; any other
+# name is a suite module, `tests/BINARY/NAME.rs`, selected as `--test BINARY`.
 target_arg() {
-    if [ "$1" = lib ]; then echo --lib; else echo --test "$1"; fi
+    if [ "$1" = lib ]; then echo --lib; return; fi
+    local f
+    for f in "$repo"/tests/*/"$1".rs; do
+        [ -f "$f" ] && { echo --test "$(basename "$(dirname "$f")")"; return; }
+    done
+    die "no test suite '$1' (tests/*/$1.rs)"
+}
+
+# The test filter of a recorded test: the suite's module path, then the recorded filter.
+target_filter() {
+    if [ "$1" = lib ]; then echo "$2"; else echo "$1::$2"; fi
 }
 
 die() {
@@ -169,7 +180,7 @@ try_mutant() {
     [ "${#run[@]}" -gt 0 ] || die "mutant '$name' records no test (a '# test:' header line)"
     # Build first, so that a mutant that does not compile is an error, not "caught".
     if [ -n "$seeds" ]; then
-        if ! run_in_scratch "build" "$cargo test --release --features fault-injection --test sim --no-run" "$logdir/build.log"; then
+        if ! run_in_scratch "build" "$cargo test --release --features fault-injection --test randomized --no-run" "$logdir/build.log"; then
             echo "mutant $name: ERROR: does not build ($logdir/build.log)"
             return 2
         fi
@@ -192,7 +203,7 @@ try_mutant() {
             [ "$t" != "$tgt" ] && filter="${t#*:}"
             rc=0
             run_in_scratch "$tgt${filter:+ $filter}" \
-                "$cargo test --features $features $(target_arg "$tgt") -- $filter" "$logdir/$tgt${filter:+-$filter}.log" || rc=$?
+                "$cargo test --features $features $(target_arg "$tgt") -- $(target_filter "$tgt" "$filter")" "$logdir/$tgt${filter:+-$filter}.log" || rc=$?
             t="$tgt${filter:+ $filter}"
         fi
         if [ "$t" != "--cmd '$cmd'" ] && [ "$rc" -eq 0 ] && ! grep -q '^running [1-9]' "$logdir/$tgt${filter:+-$filter}.log"; then
@@ -232,7 +243,7 @@ baseline() {
         filter=""
         [ "$t" != "$tgt" ] && filter="${t#*:}"
         rc=0
-        run_in_scratch "$tgt${filter:+ $filter}" "$cargo test --features $features $(target_arg "$tgt") -- $filter" \
+        run_in_scratch "$tgt${filter:+ $filter}" "$cargo test --features $features $(target_arg "$tgt") -- $(target_filter "$tgt" "$filter")" \
             "$logdir/$tgt${filter:+-$filter}.log" || rc=$?
         if [ "$rc" -ne 0 ]; then
             echo "baseline: FAILS without a mutant: $tgt${filter:+ $filter}"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The deterministic simulation (tests/sim.rs, docs/SIMULATION.md) over a range of seeds,
+# The deterministic simulation (tests/randomized/sim.rs, docs/SIMULATION.md) over a range of seeds,
 # release build. Every seed replays exactly: same seed, same execution, same digest.
 #
 #   scripts/sim.sh FROM COUNT          # seeds FROM .. FROM+COUNT-1
@@ -19,7 +19,7 @@ export TC_SIM_OPS="${SIM_OPS:-200}"
 [ -n "${SIM_SHARDS:-}" ] && export TC_SIM_SHARDS="$SIM_SHARDS"
 [ -n "${SIM_STOP_AT_FIRST:-}" ] && export TC_SIM_STOP_AT_FIRST="$SIM_STOP_AT_FIRST"
 run() {
-    cargo test --release --features fault-injection --test sim -- --nocapture --exact bounded_seed_range_finds_no_violation
+    cargo test --release --features fault-injection --test randomized -- --nocapture --exact sim::bounded_seed_range_finds_no_violation
 }
 if [ "${1:-}" = "--replay" ]; then
     seed="${2:?usage: $0 --replay SEED}"

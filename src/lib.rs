@@ -38,7 +38,7 @@ pub mod server;
 pub mod verify;
 
 /// README.md, so that its Rust example (the "Library" section) compiles as a doctest; its
-/// command blocks run in `tests/readme.rs`.
+/// command blocks run in `tests/suite/readme.rs`.
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]
 pub struct ReadmeDoctests;

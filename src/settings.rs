@@ -1,7 +1,7 @@
 //! Every environment setting the binary reads, in one machine-readable table.
 //!
 //! [`SETTINGS`] is the single list that configuration code, the documentation and the
-//! deployment assets are checked against: `tests/functions_assets.rs` verifies that every
+//! deployment assets are checked against: `tests/suite/functions_assets.rs` verifies that every
 //! setting the Functions app needs is set by `infra/main.bicep` and by `local.settings.json`,
 //! and that the table, queue and function names agree with the defaults here.
 //!

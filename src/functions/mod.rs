@@ -8,7 +8,7 @@
 //!   invokes as `POST /{function name}` with a `{"Data", "Metadata"}` body ([`payload`]).
 //!
 //! The names below must match the function folders and their binding names;
-//! `tests/functions_assets.rs` checks that they do.
+//! `tests/suite/functions_assets.rs` checks that they do.
 
 pub mod payload;
 pub mod routes;

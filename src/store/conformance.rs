@@ -1,5 +1,5 @@
 //! The storage conformance suite: one set of cases every backend must pass, run on the
-//! embedded store (`tests/conformance.rs`) and on Azurite (`tests/azure_store.rs`).
+//! embedded store (`tests/suite/conformance.rs`) and on Azurite (`tests/suite/azure_store.rs`).
 //!
 //! Each case creates its own uniquely named table or queue and deletes it at the end, so
 //! cases never depend on what an emulator kept from earlier runs. A failing case panics

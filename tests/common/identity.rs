@@ -1,5 +1,5 @@
-//! A fake App Service managed-identity endpoint on loopback (`tests/identity.rs`,
-//! `tests/identity_azurite.rs`): it checks the `X-IDENTITY-HEADER` value, the `resource`, the
+//! A fake App Service managed-identity endpoint on loopback (`tests/suite/identity.rs`,
+//! `tests/faults/identity_azurite.rs`): it checks the `X-IDENTITY-HEADER` value, the `resource`, the
 //! `api-version` and the `client_id` of every request and answers from a script.
 
 use std::sync::atomic::{AtomicUsize, Ordering};

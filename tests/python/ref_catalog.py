@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Drives the Python reference implementation (az-table-catalog==1.0.1) for the Rust tests
-(tests/python_compat.rs) and the benchmark script (scripts/bench_azurite.sh).
+(tests/suite/python_compat.rs) and the benchmark script (scripts/bench_azurite.sh).
 
 Run with the interpreter of .venv-ref/ (scripts/python_env.sh creates it). The storage
 connection string is read from the environment, never from the command line:

@@ -1,5 +1,5 @@
 //! The in-memory store's own properties: determinism, page cutting, tokens. (Its behaviour
-//! as a backend is the conformance suite's, in `tests/conformance.rs`.)
+//! as a backend is the conformance suite's, in `tests/suite/conformance.rs`.)
 
 use std::time::Duration;
 

@@ -1,0 +1,10 @@
+//! The randomized checker (`checker`, docs/RELIABILITY.md) and the deterministic simulator
+//! (`sim`, docs/SIMULATION.md): bounded runs here; long runs and seed sweeps through
+//! `scripts/checker_long.sh` and `scripts/sim.sh`, which build this binary in release.
+
+#[allow(dead_code)]
+#[path = "../common/mod.rs"]
+mod common;
+
+mod checker;
+mod sim;

@@ -1,0 +1,51 @@
+//! The main integration-test binary: every suite that leaves process-wide state alone, one
+//! module per concept (formerly one binary per file: 43 binaries of 150-215 MB, issue 29).
+//! Suites that set the process-wide fault hook or environment variables are in `tests/faults`,
+//! the randomized checker and the simulator in `tests/randomized`. Run one suite with
+//! `cargo test --features fault-injection --test suite -- NAME::`.
+
+#[allow(dead_code)]
+#[path = "../common/mod.rs"]
+mod common;
+
+mod airports;
+mod allocator;
+mod azure_store;
+mod catalog;
+mod cli_parity;
+mod conformance;
+mod crash_kill;
+mod export;
+mod fanout_requests;
+mod feature_gated;
+mod filter_lease;
+mod functions_assets;
+mod functions_harness;
+mod hashed_keys;
+mod history;
+mod history_airports;
+mod hostile;
+mod http;
+mod identity;
+mod index_processes;
+mod indexes;
+mod job_kill;
+mod jobs;
+mod key_vectors;
+mod late_logged;
+mod metrics;
+mod migration;
+mod multi_process_kill;
+mod non_unique;
+mod package;
+mod python_compat;
+mod range_pruning;
+mod read_your_writes;
+mod readme;
+mod redrive;
+mod repair;
+mod scan;
+mod serve;
+mod stale_applier;
+mod transient_retry;
+mod whole_table_cli;
