@@ -4,7 +4,6 @@
 //! sees another's hook. Run one with `cargo test --features fault-injection --test faults --
 //! NAME::`.
 
-#[allow(dead_code)]
 #[path = "../common/mod.rs"]
 mod common;
 

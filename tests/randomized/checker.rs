@@ -84,8 +84,7 @@
 use crate::common;
 #[path = "checker/indexes.rs"]
 mod index_changes;
-#[path = "checker/linearizable.rs"]
-mod linearizable;
+use crate::linearizable;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 

@@ -36,9 +36,7 @@
 //! SEED`. The bounded range in `scripts/test.sh` is [`bounded_seed_range_finds_no_violation`].
 #![cfg(feature = "fault-injection")]
 
-#[path = "checker/linearizable.rs"]
-#[allow(dead_code)]
-mod linearizable;
+use crate::linearizable;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};

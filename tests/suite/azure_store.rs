@@ -13,8 +13,7 @@
 
 use crate::common;
 #[allow(dead_code)] // only its relaying and connection count are used here
-#[path = "harness/proxy.rs"]
-mod proxy;
+use crate::harness::proxy;
 
 use std::collections::HashSet;
 use std::sync::atomic::Ordering::SeqCst;

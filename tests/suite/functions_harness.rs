@@ -1,5 +1,5 @@
 //! The Functions app end to end, with a test harness playing the Azure Functions host
-//! (`tests/harness`: the host cannot be installed here) and Azurite as the storage account.
+//! (`tests/suite/harness`: the host cannot be installed here) and Azurite as the storage account.
 //!
 //! The harness starts the `table-catalog` binary as the custom handler from `host.json` and
 //! `local.settings.json`, proxies (or forwards) HTTP requests to it, delivers apply-queue
@@ -22,8 +22,7 @@
 //! `TC_HARNESS_ECHO=1` prints the handler's output.
 
 use crate::common;
-#[path = "harness/mod.rs"]
-mod harness;
+use crate::harness;
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};

@@ -4,7 +4,6 @@
 //! the randomized checker and the simulator in `tests/randomized`. Run one suite with
 //! `cargo test --features fault-injection --test suite -- NAME::`.
 
-#[allow(dead_code)]
 #[path = "../common/mod.rs"]
 mod common;
 
@@ -21,6 +20,8 @@ mod feature_gated;
 mod filter_lease;
 mod functions_assets;
 mod functions_harness;
+/// The Functions host harness (`functions_harness`; its storage proxy also serves `azure_store`).
+mod harness;
 mod hashed_keys;
 mod history;
 mod history_airports;
