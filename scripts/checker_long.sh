@@ -43,7 +43,7 @@ trap cleanup EXIT
 
 # The test binary is the artifact of the `randomized` test target, whose `checker` module is
 # the checker (cargo also reports the package's binary, which integration tests get built).
-exe="$(cargo test --release --features fault-injection --test randomized --no-run --message-format=json-render-diagnostics |
+exe="$(cargo test --release --test randomized --no-run --message-format=json-render-diagnostics |
     grep '"kind":\["test"\]' | grep '"name":"randomized"' | sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -n 1)"
 [ -x "$exe" ] || { echo "checker_long: no test binary built" >&2; exit 1; }
 cp "$exe" "$work/checker"

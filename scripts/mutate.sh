@@ -32,7 +32,7 @@
 #                           of the tests: caught when it exits non-zero. Also TC_MUTANT_CMD.
 #                           E.g. the deterministic simulator or the randomized checker:
 #                             scripts/mutate.sh no-stamp --cmd \
-#                               'cargo test --release --features fault-injection --test randomized -- checker::randomized'
+#                               'cargo test --release --test randomized -- checker::randomized'
 #   --keep-going            run every recorded test even after one caught the mutant (to
 #                           list all the tests that catch it)
 #
@@ -48,7 +48,7 @@
 #                      fixed path so cargo's fingerprints stay valid across runs)
 #   TC_MUTANT_TIMEOUT  seconds per test command (default 900); a timeout counts as caught
 #   TC_MUTANT_CMD      as --cmd
-#   TC_MUTANT_FEATURES cargo features for the recorded tests (default fault-injection)
+#   TC_MUTANT_FEATURES cargo features for the recorded tests (default testing)
 #   CARGO              cargo binary (default cargo)
 set -euo pipefail
 
@@ -59,7 +59,7 @@ mkdir -p "$target"
 target="$(cd "$target" && pwd)"
 scratch="${TC_MUTANT_SCRATCH:-$(dirname "$target")/mutant-src}"
 timeout_s="${TC_MUTANT_TIMEOUT:-900}"
-features="${TC_MUTANT_FEATURES:-fault-injection}"
+features="${TC_MUTANT_FEATURES:-testing}"
 cargo="${CARGO:-cargo}"
 
 # Cargo's selector of a recorded test target: `lib` is the library's unit tests; any other
@@ -180,7 +180,7 @@ try_mutant() {
     [ "${#run[@]}" -gt 0 ] || die "mutant '$name' records no test (a '# test:' header line)"
     # Build first, so that a mutant that does not compile is an error, not "caught".
     if [ -n "$seeds" ]; then
-        if ! run_in_scratch "build" "$cargo test --release --features fault-injection --test randomized --no-run" "$logdir/build.log"; then
+        if ! run_in_scratch "build" "$cargo test --release --test randomized --no-run" "$logdir/build.log"; then
             echo "mutant $name: ERROR: does not build ($logdir/build.log)"
             return 2
         fi

@@ -19,7 +19,7 @@ export TC_SIM_OPS="${SIM_OPS:-200}"
 [ -n "${SIM_SHARDS:-}" ] && export TC_SIM_SHARDS="$SIM_SHARDS"
 [ -n "${SIM_STOP_AT_FIRST:-}" ] && export TC_SIM_STOP_AT_FIRST="$SIM_STOP_AT_FIRST"
 run() {
-    cargo test --release --features fault-injection --test randomized -- --nocapture --exact sim::bounded_seed_range_finds_no_violation
+    cargo test --release --test randomized -- --nocapture --exact sim::bounded_seed_range_finds_no_violation
 }
 if [ "${1:-}" = "--replay" ]; then
     seed="${2:?usage: $0 --replay SEED}"

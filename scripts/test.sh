@@ -3,7 +3,7 @@
 #   - installs a pinned Azurite with npm into .azurite/ and starts it on loopback ports;
 #   - runs the whole cargo test suite (unit, conformance and integration tests on the
 #     embedded store and on Azurite, the Functions contract harness, the package check),
-#     with the fault-injection hooks compiled in;
+#     with the `testing` feature (crash points, FaultStore; every `cargo test` has it through the crate's dev-dependency on itself);
 #   - stops Azurite at the end, whether the tests passed or not;
 #   - fails if any test reported a skip: a test that lacks a prerequisite writes
 #     `SKIPPED: <test>: <reason>` (tests/common/skip.rs), and this script provides every
@@ -22,7 +22,7 @@ trap 'scripts/azurite.sh stop >/dev/null 2>&1 || true' EXIT
 export TC_TEST_PACKAGE="${TC_TEST_PACKAGE:-1}"
 export RUST_BACKTRACE="${RUST_BACKTRACE:-1}"
 status=0
-cargo test --features fault-injection --no-fail-fast "$@" 2>&1 | tee "$log" || status=$?
+cargo test --no-fail-fast "$@" 2>&1 | tee "$log" || status=$?
 
 skipped="$(grep -o 'SKIPPED:.*' "$log" || true)"
 if [ "$TC_TEST_PACKAGE" != 1 ]; then

@@ -6,7 +6,7 @@
 //! history ([`crate::history`]): after a change's catalog rows, and after its history rows. `barrier_wait` is passed each
 //! time a replace or delete by filter finds another shard behind its id and waits at the
 //! low-watermark barrier ([`crate::apply::barrier`]); `before_seal` each time a barrier raises a
-//! shard's seal ([`crate::wal::seal`]), i.e. only on the way of a replace or delete. Without the `fault-injection` feature,
+//! shard's seal ([`crate::wal::seal`]), i.e. only on the way of a replace or delete. Without the `testing` feature,
 //! [`point`] is an inlined `Ok(())` and costs nothing. With it, a test can install a hook that
 //! makes a point fail (as if the process died there: the caller sees an error and stops), and
 //! the environment variable `TABLE_CATALOG_CRASH_AT=name` (or `name:k` for the k-th hit)
@@ -32,17 +32,17 @@ pub const POINTS: &[&str] = &[
     "before_remove_applied",
 ];
 
-#[cfg(not(feature = "fault-injection"))]
+#[cfg(not(feature = "testing"))]
 /// Passes the named point (no-op in this build).
 #[inline(always)]
 pub fn point(_name: &'static str) -> crate::error::Result<()> {
     Ok(())
 }
 
-#[cfg(feature = "fault-injection")]
+#[cfg(feature = "testing")]
 pub use enabled::*;
 
-#[cfg(feature = "fault-injection")]
+#[cfg(feature = "testing")]
 mod enabled {
     use std::sync::atomic::{AtomicU64, Ordering};
     use std::sync::{Arc, RwLock};

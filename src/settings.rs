@@ -7,7 +7,7 @@
 //!
 //! Defaults are written as templates: `{SETTING_NAME}` stands for the value of another
 //! setting (after its own default applies), and [`default_value`] expands them. Test-only
-//! switches (`TABLE_CATALOG_CRASH_AT`, feature `fault-injection`) are not settings and are not
+//! switches (`TABLE_CATALOG_CRASH_AT`, feature `testing`) are not settings and are not
 //! listed. CLI flags override these settings; that mapping lives with the CLI.
 
 /// Catalog table name setting.

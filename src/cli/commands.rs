@@ -23,6 +23,7 @@ pub async fn run(cli: Cli) -> Result<ExitCode> {
     let command = match cli.command {
         // `bench` opens no catalog of the configuration: it talks to running servers over
         // HTTP, or (`bench sim`) opens its own on a simulated store.
+        #[cfg(feature = "bench")]
         Command::Bench(args) => {
             super::bench::run(args).await?;
             return Ok(ExitCode::SUCCESS);
@@ -189,6 +190,7 @@ pub async fn run(cli: Cli) -> Result<ExitCode> {
         Command::Export { output, segment } => {
             return super::whole_table::export(&catalog, output.as_deref(), segment).await
         }
+        #[cfg(feature = "bench")]
         Command::Bench(_) => {} // run above, without a catalog
     }
     Ok(ExitCode::SUCCESS)

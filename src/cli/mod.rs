@@ -1,6 +1,7 @@
 //! Command-line interface: arguments (clap), then one function per command. Settings come
 //! from flags, falling back to the environment variables listed in `--help`.
 
+#[cfg(feature = "bench")]
 mod bench;
 mod commands;
 mod index;
@@ -307,7 +308,9 @@ pub enum Command {
         id: Option<String>,
     },
     /// Benchmarks: lookups and writes against running servers, a simulated-Azure scale-out run,
-    /// a synthetic catalog for the whole-table runs (see docs/BENCHMARKS.md).
+    /// a synthetic catalog for the whole-table runs (see docs/BENCHMARKS.md). Only in builds
+    /// with the `bench` feature (not the packaged Functions binary).
+    #[cfg(feature = "bench")]
     Bench(bench::BenchArgs),
 }
 

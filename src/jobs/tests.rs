@@ -182,7 +182,7 @@ async fn bad_parameters_and_work_items_are_refused() {
 
 /// A work item whose completion is cut short after its counters were stored (the removal of
 /// its outstanding row fails) runs again: its counters and findings must not count twice.
-#[cfg(feature = "fault-injection")]
+#[cfg(feature = "testing")]
 #[tokio::test]
 async fn a_work_item_rerun_after_its_counters_were_stored_counts_once() {
     use crate::store::fault::{unavailable, Fault, FaultStore, OpKind, Rule, Trigger};
@@ -205,7 +205,7 @@ async fn a_work_item_rerun_after_its_counters_were_stored_counts_once() {
 /// enqueueing it ran again, saw a changed table, discovered other children, and left the
 /// first one outstanding with no message. A rerun now enqueues the children its first run
 /// recorded.
-#[cfg(feature = "fault-injection")]
+#[cfg(feature = "testing")]
 #[tokio::test]
 async fn a_rerun_that_discovers_other_items_leaves_no_item_outstanding_without_a_message() {
     use crate::store::fault::{unavailable, Fault, FaultStore, OpKind, Rule, Trigger};

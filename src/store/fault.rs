@@ -1,5 +1,5 @@
 //! A fault-injecting wrapper of the storage traits, for the reliability tests (compiled only
-//! with the `fault-injection` feature: no cost in release builds).
+//! with the `testing` feature: no cost in release builds).
 //!
 //! Rules match calls by operation (and optionally table or queue) and fire on the N-th
 //! matching call or with a probability drawn from a seeded generator, so every run is

@@ -19,15 +19,17 @@
 
 pub mod azure;
 pub mod bulk_delete;
+#[cfg(any(test, feature = "testing"))]
 pub mod conformance;
 pub mod counting;
-#[cfg(feature = "fault-injection")]
+#[cfg(any(test, feature = "testing"))]
 pub mod fault;
 pub mod layer;
 pub mod local;
 pub mod mem;
 pub mod op;
 pub mod pager;
+#[cfg(any(test, feature = "testing", feature = "bench"))]
 pub mod sim;
 pub mod value;
 

@@ -18,7 +18,7 @@
 //!
 //! The crash-point hook is process-global, and the barrier passes `barrier_wait` in every
 //! scenario, so the scenarios take turns ([`TURN`]).
-#![cfg(feature = "fault-injection")]
+#![cfg(feature = "testing")]
 
 use crate::common;
 

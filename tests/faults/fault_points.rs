@@ -10,7 +10,7 @@
 //! The crash-point hook is process-global, so all scenarios of a backend run inside one test,
 //! and the tests take turns. The embedded variant runs on the in-memory store under simulated
 //! time (each scenario waits out a lease); the Azurite variant in real time.
-#![cfg(feature = "fault-injection")]
+#![cfg(feature = "testing")]
 
 use crate::common;
 

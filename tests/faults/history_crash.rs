@@ -5,7 +5,7 @@
 //! change must end with exactly one history row, on both backends.
 //!
 //! The crash-point hook is process-global, so this file holds one test.
-#![cfg(feature = "fault-injection")]
+#![cfg(feature = "testing")]
 
 use crate::common;
 

@@ -5,7 +5,7 @@
 //!
 //! The crash-point hook is process-global, so this binary has one test, running the points
 //! in turn.
-#![cfg(feature = "fault-injection")]
+#![cfg(feature = "testing")]
 
 use crate::common;
 

@@ -1,7 +1,7 @@
 //! Suites that change process-wide state: the fault hook of `src/faults.rs` (which makes a
 //! named point fail in every catalog of the process) and environment variables read by the
 //! catalog. Every test here holds [`TURN`] while it runs, so no two of them overlap and none
-//! sees another's hook. Run one with `cargo test --features fault-injection --test faults --
+//! sees another's hook. Run one with `cargo test --test faults --
 //! NAME::`.
 
 #[path = "../common/mod.rs"]

@@ -78,8 +78,8 @@
 //!
 //! Bounded runs are part of `scripts/test.sh`; long runs: `scripts/checker_long.sh local`
 //! (100,000 operations) and `scripts/checker_long.sh azurite` (20,000), or by hand:
-//! `TC_CHECKER_OPS=100000 TC_CHECKER_SEED=7 TC_CHECKER_CLIENTS=8 TC_CHECKER_SHARDS=4 TC_CHECKER_BACKEND=local cargo test --release --features fault-injection --test randomized -- --nocapture checker::`.
-#![cfg(feature = "fault-injection")]
+//! `TC_CHECKER_OPS=100000 TC_CHECKER_SEED=7 TC_CHECKER_CLIENTS=8 TC_CHECKER_SHARDS=4 TC_CHECKER_BACKEND=local cargo test --release --test randomized -- --nocapture checker::`.
+#![cfg(feature = "testing")]
 
 use crate::common;
 #[path = "checker/indexes.rs"]

@@ -7,7 +7,7 @@ mod common;
 
 mod checker;
 /// The linearizability check the checker and the simulator share.
-#[cfg(feature = "fault-injection")]
+#[cfg(feature = "testing")]
 #[path = "checker/linearizable.rs"]
 mod linearizable;
 mod sim;

@@ -34,7 +34,7 @@
 //!
 //! Run a range of seeds: `scripts/sim.sh FROM COUNT`; replay one: `scripts/sim.sh --replay
 //! SEED`. The bounded range in `scripts/test.sh` is [`bounded_seed_range_finds_no_violation`].
-#![cfg(feature = "fault-injection")]
+#![cfg(feature = "testing")]
 
 use crate::linearizable;
 

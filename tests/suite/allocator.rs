@@ -199,7 +199,7 @@ async fn a_one_entity_page_is_the_first_row_in_rowkey_order_whatever_the_inserti
 /// completed at most one append round per publication (one per commit on the embedded
 /// store): publications queued behind a running one are served by the next, which publishes
 /// the largest value asked for, and each caller still returns only once its value is covered.
-#[cfg(feature = "fault-injection")]
+#[cfg(feature = "testing")]
 #[tokio::test]
 async fn publications_queued_behind_a_running_one_are_served_by_the_next() {
     use table_catalog::store::counting::CountingStore;
@@ -291,7 +291,7 @@ async fn a_process_alone_has_the_whole_write_share_and_two_taking_turns_split_it
 /// that reach it are the rounds in flight. Writes arrive one at a time (a round takes every
 /// write queued when it starts, so writes spawned together would share one round whatever
 /// the limit).
-#[cfg(feature = "fault-injection")]
+#[cfg(feature = "testing")]
 #[tokio::test]
 async fn a_process_with_a_small_share_of_the_writes_runs_one_append_round_at_a_time() {
     use std::time::Duration;

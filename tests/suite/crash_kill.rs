@@ -214,8 +214,8 @@ fn round_file(dir: &Path, round: usize, airports: &[Record]) -> std::path::PathB
 fn sigkill_during_import_loses_no_acknowledged_write() {
     let seed: u64 = std::env::var("TC_KILL_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(20261121);
     eprintln!("crash_kill seed {seed} (TC_KILL_SEED={seed} reproduces the schedule)");
-    if !cfg!(feature = "fault-injection") {
-        common::skip::skipped("crash_kill", "needs --features fault-injection (crash points)");
+    if !cfg!(feature = "testing") {
+        common::skip::skipped("crash_kill", "needs the `testing` feature (crash points)");
         return;
     }
     let mut rng = StdRng::seed_from_u64(seed);

@@ -11,7 +11,7 @@
 //!
 //! Logic, not I/O: on the in-memory store under simulated time (the slow writes and the lease
 //! take no real time).
-#![cfg(feature = "fault-injection")]
+#![cfg(feature = "testing")]
 
 use crate::common;
 

@@ -733,7 +733,7 @@ fn parameters_file_fits_the_bicep_and_local_settings() {
 // The binary's source and the docs
 
 /// Environment variables read in src/ that are not settings: test-only switches.
-/// Read from the environment but not TableCatalog settings: a fault-injection hook, and
+/// Read from the environment but not TableCatalog settings: a crash-point hook, and
 /// `NO_COLOR` (the cross-tool convention of no-color.org, like `RUST_LOG`).
 const NOT_SETTINGS: &[&str] = &["TABLE_CATALOG_CRASH_AT", "NO_COLOR"];
 

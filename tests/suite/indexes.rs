@@ -444,7 +444,7 @@ async fn an_index_added_again_after_a_drop_has_a_row_for_every_record() {
 /// schema entry to start its job. A retried add was refused ("already an index
 /// (backfilling)") and nothing ever started the backfill; now a retry publishes the change
 /// again (`tests/faults/index_faults.rs` covers each step).
-#[cfg(feature = "fault-injection")]
+#[cfg(feature = "testing")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_add_that_failed_after_its_schema_row_was_written_can_be_completed() {
     use table_catalog::store::fault::{unavailable, Fault, FaultStore, OpKind, Rule, Trigger};

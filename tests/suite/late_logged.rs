@@ -22,7 +22,7 @@
 //!   late across an index drop; a delete between a superseded version and its successor
 //!   (twice); an upsert applied, then stamped; a delete issued after a read saw a failed
 //!   upsert whose id was never published.
-#![cfg(feature = "fault-injection")]
+#![cfg(feature = "testing")]
 
 use crate::common;
 

@@ -2,7 +2,7 @@
 //! module per concept (formerly one binary per file: 43 binaries of 150-215 MB, issue 29).
 //! Suites that set the process-wide fault hook or environment variables are in `tests/faults`,
 //! the randomized checker and the simulator in `tests/randomized`. Run one suite with
-//! `cargo test --features fault-injection --test suite -- NAME::`.
+//! `cargo test --test suite -- NAME::`.
 
 #[path = "../common/mod.rs"]
 mod common;
@@ -16,7 +16,6 @@ mod conformance;
 mod crash_kill;
 mod export;
 mod fanout_requests;
-mod feature_gated;
 mod filter_lease;
 mod functions_assets;
 mod functions_harness;

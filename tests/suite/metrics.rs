@@ -1,6 +1,6 @@
 //! `GET /api/metrics` end to end, on every backend: the counters move as writes, applies,
-//! storage conflicts and injected faults happen (feature `fault-injection`).
-#![cfg(feature = "fault-injection")]
+//! storage conflicts and injected faults happen (feature `testing`).
+#![cfg(feature = "testing")]
 
 use crate::common;
 

@@ -291,6 +291,12 @@ fn package_has_the_host_layout_and_the_binary_starts_in_handler_mode() {
         "the packaged binary needs more than a static binary or glibc {MAX_GLIBC:?}: {linkage:?}"
     );
 
+    // Built without the `bench` and `testing` features (scripts/package.sh): no `bench` command.
+    let bench = Command::new(&exe).args(["bench", "--help"]).output().unwrap();
+    assert!(!bench.status.success(), "the packaged binary has no `bench` command");
+    assert!(String::from_utf8_lossy(&bench.stderr).contains("unrecognized subcommand 'bench'"), "{bench:?}");
+    println!("packaged binary: {} bytes", fs::metadata(&exe).unwrap().len());
+
     // Start it as the host does: `<app root>/table-catalog handler`, cwd = app root.
     let values: serde_json::Value =
         serde_json::from_str(&fs::read_to_string(root().join("local.settings.json")).unwrap()).unwrap();

@@ -16,7 +16,7 @@
 //!   sh block in neither list fails the test.
 //! - A fence without a language fails the test (trycmd would read it as commands).
 //!
-//! To take new output into README.md: `TRYCMD=overwrite cargo test --features fault-injection
+//! To take new output into README.md: `TRYCMD=overwrite cargo test
 //! --test suite -- readme::the_readme_runs_as_written`, then put `[..]` back where ids and
 //! times differ.
 

@@ -4,7 +4,7 @@
 //! back. Dead entries are listed with their reason, and `redrive` moves them back to pending,
 //! where they apply in id order (a write acknowledged after a re-driven one still wins).
 //! On the embedded store and on Azurite.
-#![cfg(feature = "fault-injection")]
+#![cfg(feature = "testing")]
 
 use crate::common;
 

@@ -7,7 +7,7 @@
 //! gate, so the takeover happens inside the freeze on any machine. Each test asserts that
 //! the scenario happened (the holder was frozen mid-fan-out while the other applier took the
 //! shard over and applied, and its stale write went out afterwards); otherwise it fails.
-#![cfg(feature = "fault-injection")]
+#![cfg(feature = "testing")]
 
 use crate::common;
 

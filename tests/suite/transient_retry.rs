@@ -7,7 +7,7 @@
 //! fault rate (4% of requests), a run of 64 upserts (about 200 row writes) could almost never
 //! finish, and shard 0's serial filter path fell behind the clients (docs/RELIABILITY.md,
 //! "Long runs").
-#![cfg(feature = "fault-injection")]
+#![cfg(feature = "testing")]
 
 use crate::common;
 

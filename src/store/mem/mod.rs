@@ -9,7 +9,7 @@
 //!
 //! What it does not model: latency, throttling, `503 ServerBusy`, lost or duplicated
 //! responses. Those are wrappers around any store: [`super::sim`] (latency and scalability
-//! targets) and `super::fault` (injected failures, feature `fault-injection`). Nothing is
+//! targets) and `super::fault` (injected failures, feature `testing`). Nothing is
 //! persisted; the data lives as long as the last clone of the store.
 //!
 //! Determinism rules (the same calls in the same order give the same answers, ETags and ids
