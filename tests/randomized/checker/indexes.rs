@@ -327,11 +327,44 @@ async fn settled(c: &Catalog, timeline: &Timeline, poll: Duration, all: bool) {
                 last = Some(now);
                 progress_at = Instant::now();
             } else if progress_at.elapsed() > NO_PROGRESS {
+                eprintln!("{}", stall_state(c).await);
                 panic!("index changes made no progress for {NO_PROGRESS:?} (nor did the WAL): {}", now.0);
             }
         }
         tokio::time::sleep(poll).await;
     }
+}
+
+/// The WAL's state when nothing moves, for the report of a stall: per shard its pending count,
+/// checkpoint, lease row and first pending entries (WAL id, schema version, op kind, and the
+/// stamp of a late entry), and the schema version this process knows.
+async fn stall_state(c: &Catalog) -> String {
+    let mut out = format!("checker: stall state (this process's schema version {}):", c.schema().version());
+    let status = c.status().await;
+    let shards = status.as_ref().map(|s| s.shards.len()).unwrap_or(1);
+    for i in 0..shards {
+        let Some(shard) = table_catalog::wal::ShardId::new(i as u16) else { continue };
+        let counts = status
+            .as_ref()
+            .ok()
+            .and_then(|s| s.shards.get(i))
+            .map(|x| format!("{} pending, checkpoint {:?}", x.pending, x.checkpoint));
+        let lease = c.wal().lease_row(shard).await.map(|l| format!("{l:?}")).unwrap_or_else(|e| e.to_string());
+        out.push_str(&format!("\n  shard {i}: {}; lease {lease}", counts.unwrap_or_default()));
+        match c.wal().pending_page(shard, 3).await {
+            Ok(head) => {
+                for e in head {
+                    let line = match table_catalog::wal::WalEntry::from_entity(&e) {
+                        Ok(w) => format!("{} schema {} {} at {:?}", w.id, w.schema_version, w.op.name(), w.at),
+                        Err(bad) => format!("{} unreadable: {}", e.row_key, bad.reason),
+                    };
+                    out.push_str(&format!("\n    pending {line}"));
+                }
+            }
+            Err(e) => out.push_str(&format!("\n    pending: {e}")),
+        }
+    }
+    out
 }
 
 /// What [`settled`] watches for progress: the timeline's description, and the WAL's pending
