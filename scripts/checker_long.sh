@@ -8,6 +8,8 @@
 # (TC_CHECKER_READS 0.01, TC_CHECKER_FROZEN 0.1 unless set), as each costs a client up to
 # seconds of waiting.
 #
+# TC_CHECKER_TASKDUMP=1 builds a checker that prints every task's backtrace on a stall (below).
+#
 # Online index changes (issue 13): TC_CHECKER_INDEX_CHANGES index adds and drops per run
 # (default here 20; 0 disables), spread over the run by the clients' progress.
 #
@@ -43,7 +45,15 @@ trap cleanup EXIT
 
 # The test binary is the artifact of the `randomized` test target, whose `checker` module is
 # the checker (cargo also reports the package's binary, which integration tests get built).
-exe="$(cargo test --release --test randomized --no-run --message-format=json-render-diagnostics |
+# TC_CHECKER_TASKDUMP=1: a build whose checker prints every task's async backtrace when the
+# clients stop making progress (tokio's task dumps; a full rebuild, so give it its own
+# CARGO_TARGET_DIR).
+dump=()
+if [ "${TC_CHECKER_TASKDUMP:-0}" = 1 ]; then
+    export RUSTFLAGS="${RUSTFLAGS:-} --cfg tokio_unstable --cfg tokio_taskdump"
+    dump=(--features tokio/taskdump)
+fi
+exe="$(cargo test --release --test randomized "${dump[@]}" --no-run --message-format=json-render-diagnostics |
     grep '"kind":\["test"\]' | grep '"name":"randomized"' | sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -n 1)"
 [ -x "$exe" ] || { echo "checker_long: no test binary built" >&2; exit 1; }
 cp "$exe" "$work/checker"

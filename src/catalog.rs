@@ -471,8 +471,8 @@ impl Catalog {
 
     /// Blocks until entry `id` of `shard` is applied, applying the shard here when no other
     /// applier holds it. [`Error::Timeout`] after [`CatalogOptions::wait_timeout`]: an apply pass run
-    /// here stops at its first page boundary past the deadline, so the wait ends within the
-    /// timeout plus the time to apply one page ([`crate::apply::DRAIN_PAGE`] entries).
+    /// here stops at its first group boundary past the deadline, so the wait ends within the
+    /// timeout plus the time to apply one group ([`crate::apply::Applier::apply_shard_by`]).
     pub async fn wait_applied(&self, shard: ShardId, id: &WalId) -> Result<bool> {
         let deadline = crate::env::now() + self.opts.wait_timeout;
         let mut delay = Duration::from_millis(5);

@@ -20,7 +20,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use futures::TryStreamExt;
+use futures::{StreamExt, TryStreamExt};
 
 use super::filter::Match;
 use super::Applier;
@@ -53,17 +53,26 @@ impl Applier {
                 }
             }
         }
-        let mut latest: Vec<Entity> = Vec::with_capacity(named.len());
-        for (rk, pks) in named {
-            let mut best: Option<Entity> = None;
-            for pk in pks {
-                let Some(row) = self.store.get(&self.catalog_table, &pk, &rk).await? else { continue };
-                if best.as_ref().is_none_or(|b| RowMeta::of(b).wal_id < RowMeta::of(&row).wal_id) {
-                    best = Some(row);
+        // The named rows, read concurrently: a retry of a filter entry that matched many
+        // records reads them all, and one after another each retry took longer (and, with
+        // transient failures, failed more often) the more records it had matched.
+        let reads: Vec<_> = named
+            .iter()
+            .flat_map(|(rk, pks)| pks.iter().map(move |pk| (pk.clone(), rk.clone())))
+            .map(|(pk, rk)| async move { Ok::<_, crate::Error>(self.store.get(&self.catalog_table, &pk, &rk).await?) })
+            .collect();
+        let rows: Vec<Option<Entity>> =
+            futures::stream::iter(reads).buffered(self.opts.apply_concurrency.max(1)).try_collect().await?;
+        let mut best: BTreeMap<String, Entity> = BTreeMap::new();
+        for row in rows.into_iter().flatten() {
+            match best.get(&row.row_key) {
+                Some(b) if RowMeta::of(b).wal_id >= RowMeta::of(&row).wal_id => {}
+                _ => {
+                    best.insert(row.row_key.clone(), row);
                 }
             }
-            latest.extend(best);
         }
+        let latest: Vec<Entity> = best.into_values().collect();
         Ok(self.matches(filter, id, &latest))
     }
 }

@@ -264,13 +264,30 @@ impl Applier {
             .chain(hidden.iter().cloned())
             .filter(|rk| Some(rk) != t.new_identity)
             .collect();
+        // The versions before this entry, read concurrently (one query each): with a backlog
+        // in shard 0, most identities a filter entry matches were written since by upserts of
+        // other shards, and reading them one after another made each filter entry slower the
+        // further shard 0 fell behind (docs/RELIABILITY.md, "The shard-0 backlog that fed itself").
+        let reads: Vec<_> = removed
+            .iter()
+            .filter(|rk| newer.contains(*rk) || hidden.contains(*rk))
+            .map(|rk| {
+                let rk = rk.clone();
+                async move {
+                    let version = self.version_before(&rk, id, t.filter).await?;
+                    Ok::<_, crate::Error>((rk, version))
+                }
+            })
+            .collect();
+        let mut before: BTreeMap<String, Option<Record>> =
+            futures::stream::iter(reads).buffer_unordered(self.opts.apply_concurrency.max(1)).try_collect().await?;
         let mut changes = Vec::with_capacity(removed.len());
         for rk in removed {
             if !(newer.contains(&rk) || hidden.contains(&rk)) {
                 changes.push(Change { identity: rk, op: t.op, wal_id: id, record: None });
                 continue;
             }
-            let Some(before) = self.version_before(&rk, id, t.filter).await? else { continue };
+            let Some(before) = before.remove(&rk).flatten() else { continue };
             if let Ok(keys) = t.schema.record_keys(&before) {
                 for (_, pk) in keys.partitions {
                     let row = (pk, keys.row_key.clone());

@@ -313,7 +313,7 @@ impl Applier {
         ShardId::for_row_key(row_key, self.wal.shard_count())
     }
 
-    /// Applies every pending entry of every shard, shards in parallel; each stops at a page
+    /// Applies every pending entry of every shard, shards in parallel; each stops at a group
     /// boundary after [`WalOptions::apply_budget`].
     pub async fn apply_all(&self) -> Result<DrainOutcome> {
         let deadline = crate::env::now() + self.opts.apply_budget;
@@ -324,14 +324,16 @@ impl Applier {
     }
 
     /// Applies every pending entry of `shard`, unless another applier holds its lease; stops
-    /// at a page boundary after [`WalOptions::apply_budget`].
+    /// at a group boundary after [`WalOptions::apply_budget`].
     pub async fn apply_shard(&self, shard: ShardId) -> Result<DrainOutcome> {
         self.apply_shard_by(shard, crate::env::now() + self.opts.apply_budget).await
     }
 
-    /// Like [`Applier::apply_shard`], but stops at the first page boundary past `deadline`
-    /// ([`DrainOutcome::Partial`]); a page is at most [`DRAIN_PAGE`] entries. A replace or
-    /// delete waits for its barrier until `deadline` at most.
+    /// Like [`Applier::apply_shard`], but stops at the first group boundary past `deadline`
+    /// ([`DrainOutcome::Partial`]); a group is one replace, delete or schema change, or a run
+    /// of at most 64 upserts. A replace or delete waits for its barrier until
+    /// `deadline` at most, and one matching many records stops between two pages of its
+    /// filter's partition past it ([`crate::wal::WalEntry::resume`]).
     pub fn apply_shard_by(&self, shard: ShardId, deadline: Instant) -> BoxFuture<'_, Result<DrainOutcome>> {
         Box::pin(self.run_shard(shard, deadline, false))
     }
@@ -484,6 +486,13 @@ impl Applier {
                 Ok(Step::Applied(n)) => {
                     i += n;
                     retries = None;
+                    // Past the deadline, stop at this group boundary, not the page's: a page
+                    // of slow filter entries (each with many records, under a backlog) held a
+                    // caller's `wait` or an intent's queue invocation for minutes
+                    // (docs/RELIABILITY.md, "The shard-0 backlog that fed itself").
+                    if i < entries.len() && crate::env::now() >= deadline {
+                        return Ok((i, Flow::Stopped));
+                    }
                 }
                 Ok(Step::Again) => {}
                 Ok(Step::End(flow)) => return Ok((i, flow)),

@@ -76,7 +76,7 @@ pub struct WalOptions {
     pub tombstone_grace: Duration,
     /// How long an intent marker is kept (at least the queue message time-to-live: 7 days).
     pub intent_marker_ttl: Duration,
-    /// Longest an apply pass keeps going before it stops at a page boundary (so one queue
+    /// Longest an apply pass keeps going before it stops at a group boundary (so one queue
     /// invocation stays well inside the Functions timeout; the rest is picked up by the next
     /// message or the sweeper).
     pub apply_budget: Duration,

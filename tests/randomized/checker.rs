@@ -362,6 +362,29 @@ fn coverage(history: &[Op], shards: u16) -> Coverage {
     c
 }
 
+/// Prints where every task of the runtime waits (once, when the clients stopped making
+/// progress): an async backtrace per task. Needs a build with
+/// `RUSTFLAGS='--cfg tokio_unstable --cfg tokio_taskdump'` and `--features tokio/taskdump`
+/// (Linux; `TC_CHECKER_TASKDUMP=1 scripts/checker_long.sh`); a dump that does not
+/// come within 10 s means a worker thread is blocked outside an `.await`.
+#[cfg(all(tokio_unstable, tokio_taskdump))]
+async fn dump_tasks() {
+    let handle = tokio::runtime::Handle::current();
+    match tokio::time::timeout(Duration::from_secs(10), handle.dump()).await {
+        Ok(dump) => {
+            for (i, task) in dump.tasks().iter().enumerate() {
+                eprintln!("checker: task {i}:\n{}", task.trace());
+            }
+        }
+        Err(_) => eprintln!("checker: no task dump within 10 s (a worker thread is blocked outside an .await)"),
+    }
+}
+
+#[cfg(not(all(tokio_unstable, tokio_taskdump)))]
+async fn dump_tasks() {
+    eprintln!("checker: for a dump of every task, build with RUSTFLAGS='--cfg tokio_unstable --cfg tokio_taskdump'");
+}
+
 struct Run {
     seed: u64,
     ops: usize,
@@ -637,10 +660,17 @@ async fn check(backend: common::Backend, run: Run) {
         let mut stop = stop_rx.clone();
         tokio::spawn(async move {
             let mut last = 0;
+            let mut dumped = false;
+            // `kill -USR1` prints the task dump at once (for a run that is slow, not stalled).
+            let mut usr1 = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::user_defined1()).ok();
             loop {
                 tokio::select! {
                     _ = stop.changed() => return,
                     _ = tokio::time::sleep(Duration::from_secs(30)) => {}
+                    Some(()) = async { match usr1.as_mut() { Some(s) => s.recv().await, None => std::future::pending().await } } => {
+                        dump_tasks().await;
+                        continue;
+                    }
                 }
                 let done = history.lock().unwrap().len();
                 if done == last && stalled_since.elapsed() >= Duration::from_secs(60) {
@@ -657,6 +687,10 @@ async fn check(backend: common::Backend, run: Run) {
                         stalled_since.elapsed().as_secs_f64(),
                         states.join("; ")
                     );
+                    if !dumped {
+                        dumped = true;
+                        dump_tasks().await;
+                    }
                 }
                 if done != last {
                     stalled_since = Instant::now();

@@ -132,3 +132,34 @@ async fn a_filter_past_its_deadline_stops_between_pages_and_the_next_pass_goes_o
     assert!(page_reads.iter().all(|n| *n <= 3), "reads of the filter's partition per pass: {page_reads:?}");
     assert_eq!(b.status().await.unwrap().pending, 0);
 }
+
+/// Regression (seeds 62 and 66 of the randomized checker's long runs): a pass past its
+/// deadline went on to the end of its page, up to 128 entries. Under a shard-0 backlog of
+/// deletes that each matched many records, a caller that applied shard 0 itself (`wait`, an
+/// intent's queue invocation, a `consistent=true` read) was held for minutes. It now stops at
+/// the first group boundary past its deadline; the next pass goes on from there.
+#[tokio::test(start_paused = true)]
+async fn a_pass_past_its_deadline_stops_after_the_group_in_hand_not_at_the_end_of_its_page() {
+    let _sim = common::simulated();
+    let inner = common::mem_store();
+    let names = Names::new(&common::unique_name("fgroup"), None, None).unwrap();
+    let b = open(inner.clone(), &names).await;
+    b.upsert_many((0..6).map(airport).collect(), true).await.unwrap();
+    for i in 0..4 {
+        b.delete(Filter::new(vec![("icao".into(), format!("K{i:03}"))]), false).await.unwrap();
+    }
+    // A's passes end at once (budget 0): each applies the group in hand, one delete.
+    let mut opts = CatalogOptions::default();
+    opts.wal.shards = 1;
+    opts.wal.lease_duration = LEASE;
+    opts.wal.apply_budget = Duration::ZERO;
+    let a = Catalog::open(inner.clone(), names.clone(), common::airports_schema(), opts).await.unwrap();
+    let mut applied = Vec::new();
+    let mut live = Vec::new();
+    while applied.len() < 6 && b.status().await.unwrap().pending > 0 {
+        applied.push(a.applier().apply_shard(ShardId::ZERO).await.unwrap().applied());
+        live.push(b.query_all(&Filter::new(vec![("iata".into(), "ZZZ".into())])).await.unwrap().len());
+    }
+    assert_eq!(applied, [1, 1, 1, 1], "entries applied per pass (records left after each: {live:?})");
+    assert_eq!(live, [5, 4, 3, 2]);
+}
