@@ -11,7 +11,7 @@
 //! row that is its record's owner row (the row of the record's first identity field with a
 //! value, so each record is handled once) gives the record's row of the new index, written
 //! with the owner row's WAL id through the apply engine's fenced write
-//! ([`crate::apply::Applier::write_rows`]): like any apply, it never replaces a row written
+//! (`Applier::write_rows`, [`crate::apply`]): like any apply, it never replaces a row written
 //! by a newer entry, nor a tombstone. So a record updated or deleted while the backfill runs
 //! ends in the state of its newest entry, whichever of the two writes lands first. When every
 //! work item is done, the index turns `active`.
@@ -28,10 +28,12 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use serde_json::{json, Value as Json};
+use serde::{Deserialize, Deserializer, Serialize};
+use serde_json::Value as Json;
 
-use super::kinds::{children, scan_step, segment_of};
-use super::{Job, JobKind, JobRunner, StepResult};
+use super::kinds::{add, segment, Segment, SCAN_STEP};
+use super::typed::{params_of, stored, JobKindSpec, NoFinding, Outcome};
+use super::{Job, JobKind};
 use crate::apply::fanout::RowWrite;
 use crate::catalog::Catalog;
 use crate::error::{Error, Result};
@@ -40,6 +42,9 @@ use crate::scan::{self, Step, SENTINEL};
 use crate::schema::IndexState;
 use crate::store::bulk_delete;
 use crate::wal::WalId;
+
+/// The parameter names of an index job.
+const PARAMS: &[&str] = &["field", "version", "segment"];
 
 /// The parameters of an index job.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -51,32 +56,41 @@ pub struct IndexParams {
 }
 
 impl IndexParams {
-    /// The job parameters as stored.
+    /// The job parameters as stored (`{"field": ..., "version": ...}`).
     pub fn to_json(&self) -> Json {
-        json!({"field": self.field, "version": self.version})
+        let p = IndexJobParams { field: self.field.clone(), version: self.version, segment: None };
+        // A struct of a string and whole numbers always serialises.
+        stored("params", &p).unwrap_or_default()
     }
 
     /// Reads and checks the parameters ([`Error::Invalid`] naming the parameter).
     pub fn of(params: &Json) -> Result<IndexParams> {
-        if let Some(unknown) =
-            params.as_object().and_then(|o| o.keys().find(|k| !["field", "version", "segment"].contains(&k.as_str())))
-        {
-            return Err(Error::invalid(format!(
-                "params.{unknown}: unknown parameter (known: field, version, segment)"
-            )));
-        }
-        let field = params
-            .get("field")
-            .and_then(Json::as_str)
-            .ok_or_else(|| Error::invalid("params.field: the index field is required (a string)"))?;
-        crate::record::validate_field_name(field).map_err(|e| Error::invalid(format!("params.field: {e}")))?;
-        let version = params
-            .get("version")
-            .and_then(Json::as_u64)
-            .ok_or_else(|| Error::invalid("params.version: the schema version is required (a whole number)"))?;
-        segment_of(params)?;
-        Ok(IndexParams { field: field.to_string(), version })
+        let p: IndexJobParams = params_of(PARAMS, params)?;
+        Ok(IndexParams { field: p.field, version: p.version })
     }
+}
+
+/// The parameters of an index job as stored: `{"field": "iata", "version": 3}`, and an
+/// optional `"segment": 1..=1000`. `field` must be a valid field name (else
+/// [`Error::Invalid`] `params.field: ...`); `field` and `version` are required.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct IndexJobParams {
+    /// The index field.
+    #[serde(deserialize_with = "field_name")]
+    pub field: String,
+    /// The schema version of the change.
+    pub version: u64,
+    /// Entities per scan query (default 1,000).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub segment: Option<Segment>,
+}
+
+/// A field name that [`crate::record::validate_field_name`] accepts.
+fn field_name<'de, D: Deserializer<'de>>(d: D) -> std::result::Result<String, D::Error> {
+    let field = String::deserialize(d)?;
+    crate::record::validate_field_name(&field).map_err(serde::de::Error::custom)?;
+    Ok(field)
 }
 
 /// The PartitionKey prefix every row of index `field` starts with (`{n}_{field}`, as
@@ -86,16 +100,46 @@ pub fn partition_prefix(field: &str) -> String {
     crate::keys::escape_key(&format!("{}_{lower}", lower.chars().count()))
 }
 
-/// The first work items of an index job of `kind` on `field`.
-pub fn roots(kind: JobKind, field: &str) -> Vec<Json> {
-    let step = match kind {
+/// The first work item of an index job of `kind` on `field`: the whole table for a
+/// backfill, the index's PartitionKeys for a drop.
+pub(crate) fn root_step(kind: JobKind, field: &str) -> Step {
+    match kind {
         JobKind::DropIndex => {
             let prefix = partition_prefix(field);
             Step::Prefix { lo: Some(prefix.clone()), hi: Some(format!("{prefix}{SENTINEL}")), prefix }
         }
         _ => Step::root(),
-    };
-    vec![json!(step)]
+    }
+}
+
+/// The first work items of an index job of `kind` on `field`, as stored.
+pub fn roots(kind: JobKind, field: &str) -> Vec<Json> {
+    // A scan step (strings only) always serialises.
+    stored("work item", &root_step(kind, field)).into_iter().collect()
+}
+
+/// What one step of an index job counts, as stored. Backfill: `written` always; `rows`,
+/// `records`, `tombstones`, `unkeyable` once counted. Drop: `deleted` only.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct IndexCounters {
+    /// Rows read (backfill).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rows: Option<u64>,
+    /// Owner rows, one per record (backfill).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub records: Option<u64>,
+    /// Tombstones skipped (backfill).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tombstones: Option<u64>,
+    /// Rows the schema cannot key (backfill).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unkeyable: Option<u64>,
+    /// Rows of the new index written or found written (backfill).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub written: Option<u64>,
+    /// Rows removed (drop).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deleted: Option<u64>,
 }
 
 /// `backfill` and `drop-index` (see the module docs).
@@ -110,23 +154,22 @@ impl IndexJob {
         IndexJob { catalog, kind }
     }
 
-    async fn backfill(&self, p: &IndexParams, rows: Vec<crate::store::Entity>) -> Result<BTreeMap<String, u64>> {
+    async fn backfill(&self, p: &IndexJobParams, rows: Vec<crate::store::Entity>) -> Result<IndexCounters> {
         let applier = self.catalog.applier();
         applier.ensure_schema(p.version).await?;
         let schema = applier.schema();
-        let mut counters: BTreeMap<String, u64> = BTreeMap::new();
-        let mut count = |k: &str| *counters.entry(k.to_string()).or_default() += 1;
+        let mut c = IndexCounters::default();
         let mut writes = Vec::new();
         for e in &rows {
-            count("rows");
+            add(&mut c.rows, 1);
             let meta = RowMeta::of(e);
             if meta.deleted {
-                count("tombstones");
+                add(&mut c.tombstones, 1);
                 continue;
             }
             let rec = record::payload(e, &meta);
             let Ok(keys) = schema.record_keys(&rec) else {
-                count("unkeyable");
+                add(&mut c.unkeyable, 1);
                 continue;
             };
             let identity = schema.identity_keys();
@@ -134,7 +177,7 @@ impl IndexJob {
             if keys.row_key != e.row_key || owner.map(|(_, pk)| pk) != Some(&e.partition_key) {
                 continue; // not the owner row: another row of the record handles it
             }
-            count("records");
+            add(&mut c.records, 1);
             if let Some((_, pk)) = keys.partitions.iter().find(|(f, _)| *f == p.field) {
                 writes.push((pk.clone(), keys.row_key.clone(), WalId::from_stored(meta.wal_id.clone()), rec));
             }
@@ -151,11 +194,11 @@ impl IndexJob {
             }
             other => other?,
         }
-        *counters.entry("written".into()).or_default() += n;
-        Ok(counters)
+        add(&mut c.written, n);
+        Ok(c)
     }
 
-    async fn drop_rows(&self, p: &IndexParams, rows: Vec<crate::store::Entity>) -> Result<BTreeMap<String, u64>> {
+    async fn drop_rows(&self, p: &IndexJobParams, rows: Vec<crate::store::Entity>) -> Result<IndexCounters> {
         let prefix = partition_prefix(&p.field);
         let mut by_partition: BTreeMap<String, Vec<String>> = BTreeMap::new();
         for e in rows.into_iter().filter(|e| e.partition_key.starts_with(&prefix)) {
@@ -167,14 +210,20 @@ impl IndexJob {
             bulk_delete::delete_rows(store.as_ref(), table, &pk, &keys).await?;
             deleted += keys.len() as u64;
         }
-        Ok(BTreeMap::from([("deleted".to_string(), deleted)]))
+        Ok(IndexCounters { deleted: Some(deleted), ..IndexCounters::default() })
     }
 }
 
 #[async_trait]
-impl JobRunner for IndexJob {
-    fn roots(&self, params: &Json) -> Result<Vec<Json>> {
-        let p = IndexParams::of(params)?;
+impl JobKindSpec for IndexJob {
+    type Params = IndexJobParams;
+    type Step = Step;
+    type Counters = IndexCounters;
+    type Finding = NoFinding;
+    const PARAMS: &'static [&'static str] = PARAMS;
+    const STEP: &'static str = SCAN_STEP;
+
+    fn roots(&self, p: &IndexJobParams) -> Result<Vec<Step>> {
         Err(Error::invalid(format!(
             "kind: '{}' jobs are started by `index add` / `index drop` (field '{}'), not by hand",
             self.kind.name(),
@@ -182,21 +231,17 @@ impl JobRunner for IndexJob {
         )))
     }
 
-    async fn run(&self, job: &Job, step: &Json) -> Result<StepResult> {
-        let p = IndexParams::of(&job.params)?;
-        let step = scan_step(step)?;
-        let out =
-            scan::run_step(self.catalog.store().as_ref(), &self.catalog.names().table, &step, segment_of(&job.params)?)
-                .await?;
+    async fn run(&self, _job: &Job, p: &IndexJobParams, step: Step) -> Result<Outcome<Self>> {
+        let (store, table) = (self.catalog.store().as_ref(), &self.catalog.names().table);
+        let out = scan::run_step(store, table, &step, segment(p.segment)).await?;
         let counters = match self.kind {
-            JobKind::DropIndex => self.drop_rows(&p, out.entities).await?,
-            _ => self.backfill(&p, out.entities).await?,
+            JobKind::DropIndex => self.drop_rows(p, out.entities).await?,
+            _ => self.backfill(p, out.entities).await?,
         };
-        Ok(StepResult { counters, findings: Vec::new(), next: children(&out.next) })
+        Ok(Outcome { counters, findings: Vec::new(), next: out.next })
     }
 
-    async fn finished(&self, job: &Job) -> Result<()> {
-        let p = IndexParams::of(&job.params)?;
+    async fn finished(&self, _job: &Job, p: &IndexJobParams) -> Result<()> {
         let (store, wal_table) = (self.catalog.store(), &self.catalog.names().wal_table);
         let kind = self.kind;
         crate::wal::schema_row::update(store.as_ref(), wal_table, |_, added, _| {

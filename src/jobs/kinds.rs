@@ -16,18 +16,102 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use futures::{StreamExt, TryStreamExt};
-use serde_json::{json, Value as Json};
+use serde::{Deserialize, Serialize};
 
-use super::{Job, JobKind, JobRunner, Jobs, StepResult};
+use super::typed::{JobKindSpec, Outcome};
+use super::{Job, JobKind, Jobs};
 use crate::catalog::Catalog;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::repair::{apply_fix, Fixed};
 use crate::scan::{self, Step};
 use crate::store::MAX_PAGE;
-use crate::verify::{check_row, RowCheck};
+use crate::verify::{check_row, Finding, RowCheck};
 
 /// Rows of one step checked at once (each check reads up to one row per index field).
 const CHECK_CONCURRENCY: usize = 16;
+
+/// What a scan-based kind's work item is, for errors.
+pub(super) const SCAN_STEP: &str = "a scan step";
+
+/// `params.segment`: entities per scan query, a whole number in 1..=1,000 (JSON number;
+/// absent or `null` = 1,000, Azure's page size). Shared by every scan-based job kind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "u64", into = "u64")]
+pub(crate) struct Segment(u64);
+
+impl TryFrom<u64> for Segment {
+    type Error = String;
+
+    fn try_from(n: u64) -> std::result::Result<Segment, String> {
+        if (1..=MAX_PAGE as u64).contains(&n) {
+            Ok(Segment(n))
+        } else {
+            Err(format!("{n} is not a whole number in 1..={MAX_PAGE}"))
+        }
+    }
+}
+
+impl From<Segment> for u64 {
+    fn from(s: Segment) -> u64 {
+        s.0
+    }
+}
+
+/// The segment in force: `segment`, or 1,000 when absent.
+pub(crate) fn segment(segment: Option<Segment>) -> usize {
+    segment.map_or(MAX_PAGE, |s| s.0 as usize)
+}
+
+/// Parameters of `verify` and `repair`: `{"segment": 1..=1000}` (optional; `{}` is fine).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ScanParams {
+    /// Entities per scan query.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub segment: Option<Segment>,
+}
+
+/// What one `verify`/`repair` step counts, as stored: `partitions` always; `rows`,
+/// `tombstones`, `records` once a row was read; `findings` and one per finding kind once a
+/// finding was made; `upserts`, `deletes`, `removals`, `unrepairable` once a fix had that
+/// outcome (a key is absent, not 0, until then).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct CheckCounters {
+    /// PartitionKeys first seen by this step.
+    pub partitions: u64,
+    /// Rows read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rows: Option<u64>,
+    /// Tombstone rows.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tombstones: Option<u64>,
+    /// Live records (counted on the row that reports its record).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub records: Option<u64>,
+    /// Findings, all kinds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub findings: Option<u64>,
+    /// Records re-logged as upserts (`repair`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upserts: Option<u64>,
+    /// Records re-logged as deletes (`repair`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deletes: Option<u64>,
+    /// Stray rows removed (`repair`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub removals: Option<u64>,
+    /// Fixes refused (`repair`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unrepairable: Option<u64>,
+    /// Findings by kind (`missing_row`, `stale`, ...).
+    #[serde(flatten)]
+    pub by_kind: BTreeMap<String, u64>,
+}
+
+/// Adds `n` to a counter that is stored once counted.
+pub(crate) fn add(counter: &mut Option<u64>, n: u64) {
+    *counter.get_or_insert(0) += n;
+}
 
 /// `verify` (`repair: false`) and `repair` over the catalog's table.
 pub struct ScanCheck {
@@ -35,55 +119,33 @@ pub struct ScanCheck {
     repair: bool,
 }
 
-/// `params.segment`: entities per scan query, 1..=1,000 (default 1,000). Shared by every
-/// scan-based job kind.
-pub(super) fn segment_of(params: &Json) -> Result<usize> {
-    match params.get("segment") {
-        None | Some(Json::Null) => Ok(MAX_PAGE),
-        Some(v) => match v.as_u64() {
-            Some(n) if (1..=MAX_PAGE as u64).contains(&n) => Ok(n as usize),
-            _ => Err(Error::invalid(format!("params.segment: {v} is not a whole number in 1..={MAX_PAGE}"))),
-        },
-    }
-}
-
-/// A work item of a scan-based job: one scan step (an input fault if it is not one).
-pub(super) fn scan_step(step: &Json) -> Result<Step> {
-    serde_json::from_value(step.clone()).map_err(|e| Error::invalid(format!("work item: not a scan step: {e}")))
-}
-
-/// The work items a scan step discovered.
-pub(super) fn children(next: &[Step]) -> Vec<Json> {
-    next.iter().map(|s| json!(s)).collect()
-}
-
 #[async_trait]
-impl JobRunner for ScanCheck {
-    fn roots(&self, params: &Json) -> Result<Vec<Json>> {
-        if let Some(unknown) = params.as_object().and_then(|o| o.keys().find(|k| k.as_str() != "segment")) {
-            return Err(Error::invalid(format!("params.{unknown}: unknown parameter (known: segment)")));
-        }
-        segment_of(params)?;
-        Ok(vec![json!(Step::root())])
+impl JobKindSpec for ScanCheck {
+    type Params = ScanParams;
+    type Step = Step;
+    type Counters = CheckCounters;
+    type Finding = Finding;
+    const PARAMS: &'static [&'static str] = &["segment"];
+    const STEP: &'static str = SCAN_STEP;
+
+    fn roots(&self, _p: &ScanParams) -> Result<Vec<Step>> {
+        Ok(vec![Step::root()])
     }
 
-    async fn run(&self, job: &Job, step: &Json) -> Result<StepResult> {
-        let step: Step = serde_json::from_value(step.clone())
-            .map_err(|e| Error::invalid(format!("work item: not a scan step: {e}")))?;
-        let segment = segment_of(&job.params)?;
+    async fn run(&self, _job: &Job, p: &ScanParams, step: Step) -> Result<Outcome<Self>> {
         let schema = self.catalog.schema();
         let (store, table, schema) = (self.catalog.store().as_ref(), &self.catalog.names().table, schema.as_ref());
-        let out = scan::run_step(store, table, &step, segment).await?;
+        let out = scan::run_step(store, table, &step, segment(p.segment)).await?;
         // Partitions first seen by this step: each distinct PartitionKey of the page, except
         // the one a `Partition` step continues (counted by the step that began it).
-        let mut partitions = 0u64;
+        let mut c = CheckCounters::default();
         let mut last: Option<&str> = match &step {
             Step::Partition { pk, after: Some(_) } => Some(pk.as_str()),
             _ => None,
         };
         for e in &out.entities {
             if last != Some(e.partition_key.as_str()) {
-                partitions += 1;
+                c.partitions += 1;
                 last = Some(e.partition_key.as_str());
             }
         }
@@ -92,32 +154,30 @@ impl JobRunner for ScanCheck {
             .buffer_unordered(CHECK_CONCURRENCY)
             .try_collect()
             .await?;
-        let mut result = StepResult { next: children(&out.next), ..StepResult::default() };
-        let count = |c: &mut BTreeMap<String, u64>, k: &str, n: u64| *c.entry(k.to_string()).or_default() += n;
-        count(&mut result.counters, "partitions", partitions);
+        let mut findings = Vec::new();
         for check in checks {
-            count(&mut result.counters, "rows", 1);
-            count(&mut result.counters, "tombstones", u64::from(check.tombstone));
-            count(&mut result.counters, "records", u64::from(check.record.as_ref().is_some_and(|r| r.live)));
-            for f in &check.findings {
-                count(&mut result.counters, "findings", 1);
-                count(&mut result.counters, f.kind.name(), 1);
-                result.findings.push(serde_json::to_value(f).map_err(|e| Error::invalid(format!("finding: {e}")))?);
+            add(&mut c.rows, 1);
+            add(&mut c.tombstones, u64::from(check.tombstone));
+            add(&mut c.records, u64::from(check.record.as_ref().is_some_and(|r| r.live)));
+            for f in check.findings {
+                add(&mut c.findings, 1);
+                *c.by_kind.entry(f.kind.name().to_string()).or_default() += 1;
+                findings.push(f);
             }
             if !self.repair {
                 continue;
             }
             if let Some(fix) = check.record.and_then(|r| r.fix) {
                 let what = match apply_fix(&self.catalog, fix).await? {
-                    Fixed::Upserted => "upserts",
-                    Fixed::Deleted => "deletes",
-                    Fixed::Removed => "removals",
-                    Fixed::Refused => "unrepairable",
+                    Fixed::Upserted => &mut c.upserts,
+                    Fixed::Deleted => &mut c.deletes,
+                    Fixed::Removed => &mut c.removals,
+                    Fixed::Refused => &mut c.unrepairable,
                 };
-                count(&mut result.counters, what, 1);
+                add(what, 1);
             }
         }
-        Ok(result)
+        Ok(Outcome { next: out.next, counters: c, findings })
     }
 }
 

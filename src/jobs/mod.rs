@@ -2,6 +2,11 @@
 //! on a queue, so that many workers (Functions instances, `serve --scan-workers`, the CLI's
 //! `--parallel`) run one job together, and a crash loses nothing.
 //!
+//! Each kind has its own serde types for its parameters, work items and counters (the
+//! crate-internal `typed::JobKindSpec`); this module and [`rows`] carry them in their stored
+//! JSON form, converted to and from the types in one place (`typed`), byte for byte as older
+//! builds stored them.
+//!
 //! A job is a durable record in the WAL table ([`rows`]). Its work items are queue messages
 //! on the scan queue (`{queue}-scan`): `{"v":1,"job":ID,"step":{...}}`, Base64 like every
 //! message of the app, dispatched by [`crate::dispatch`] with the `host.json` policy.
@@ -35,6 +40,7 @@ pub mod rebuild;
 pub mod rows;
 pub mod runner;
 pub mod trim;
+pub(crate) mod typed;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -65,7 +71,8 @@ pub struct WorkItem {
     pub v: u32,
     /// The job.
     pub job: JobId,
-    /// What to do, in the job kind's terms.
+    /// What to do, in the job kind's terms: the stored JSON of its step type (read by the
+    /// kind's runner, e.g. a scan step `{"step":"prefix","prefix":""}`).
     pub step: Json,
 }
 
@@ -346,3 +353,5 @@ impl Jobs {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod typed_tests;

@@ -166,7 +166,8 @@ pub struct Job {
     pub id: JobId,
     /// Kind.
     pub kind: JobKind,
-    /// Parameters as given (a JSON object; e.g. `{"segment": 1000}`).
+    /// Parameters as given (a JSON object; e.g. `{"segment": 1000}`), stored unchanged; each
+    /// kind reads them into its own parameter type when the job starts and when an item runs.
     pub params: Json,
     /// State.
     pub state: JobState,

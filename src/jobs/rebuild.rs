@@ -20,15 +20,16 @@
 //! work item logs the same upserts again. Writes to the source during the rebuild may or may
 //! not be copied; stop writers (or re-run) before switching over, then verify the new catalog.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use serde_json::{json, Value as Json};
+use serde::{Deserialize, Serialize};
+use serde_json::Value as Json;
 use tokio::sync::OnceCell;
 
-use super::kinds::{children, scan_step, segment_of};
-use super::{Job, JobRunner, StepResult};
+use super::kinds::{segment, Segment, SCAN_STEP};
+use super::typed::{params_of, JobKindSpec, NoFinding, Outcome};
+use super::Job;
 use crate::catalog::{Catalog, CatalogOptions};
 use crate::error::{Error, Result};
 use crate::export::owned_record;
@@ -39,7 +40,54 @@ use crate::schema::Schema;
 use crate::settings;
 
 /// Parameters a rebuild accepts.
-const PARAMS: [&str; 6] = ["into", "index_keys", "row_key", "hashed_keys", "redact_keys", "segment"];
+const PARAMS: &[&str] = &["into", "index_keys", "row_key", "hashed_keys", "redact_keys", "segment"];
+
+/// The parameters of a rebuild, as given and stored: `{"into": "NewName"}` plus, optionally,
+/// `index_keys`, `hashed_keys`, `redact_keys` (each a list of field names or one
+/// comma-separated string), `row_key` (a field name) and `segment` (1..=1000). An absent or
+/// `null` one is the source's.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RebuildParams {
+    /// The new catalog's name.
+    pub into: String,
+    /// Its index fields.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub index_keys: Option<FieldList>,
+    /// Its row-key (sort) field.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub row_key: Option<String>,
+    /// Its hashed index fields.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hashed_keys: Option<FieldList>,
+    /// Its redacted fields.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub redact_keys: Option<FieldList>,
+    /// Entities per scan query.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub segment: Option<Segment>,
+}
+
+/// A list of field names, as given: a JSON list (`["a","b"]`) or one comma-separated string
+/// (`"a,b"`, as the CLI flags take it); written back in the shape it came in.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged, expecting = "a list of field names")]
+pub(crate) enum FieldList {
+    /// `["a", "b"]`.
+    Names(Vec<String>),
+    /// `"a,b"` ([`Schema::parse_list`]).
+    Text(String),
+}
+
+impl FieldList {
+    /// The field names.
+    pub fn names(&self) -> Vec<String> {
+        match self {
+            FieldList::Names(names) => names.clone(),
+            FieldList::Text(text) => Schema::parse_list(text),
+        }
+    }
+}
 
 /// Copies the source catalog into the one `params.into` names.
 pub struct Rebuild {
@@ -50,28 +98,11 @@ pub struct Rebuild {
     new_key: std::sync::OnceLock<Option<std::result::Result<HashKey, String>>>,
     /// The target, opened once per process (per job parameters: one rebuild at a time per
     /// process is the expected use; another target is opened when the parameters differ).
-    target: tokio::sync::Mutex<Option<(Json, Target)>>,
+    target: tokio::sync::Mutex<Option<(RebuildParams, Target)>>,
 }
 
 /// The target catalog of one set of parameters, opened once.
 type Target = Arc<OnceCell<Arc<Catalog>>>;
-
-fn list(params: &Json, name: &str) -> Result<Option<Vec<String>>> {
-    match params.get(name) {
-        None | Some(Json::Null) => Ok(None),
-        Some(Json::Array(items)) => items
-            .iter()
-            .map(|v| {
-                v.as_str()
-                    .map(String::from)
-                    .ok_or_else(|| Error::invalid(format!("params.{name}: a list of field names")))
-            })
-            .collect::<Result<Vec<_>>>()
-            .map(Some),
-        Some(Json::String(s)) => Ok(Some(Schema::parse_list(s))),
-        Some(_) => Err(Error::invalid(format!("params.{name}: a list of field names"))),
-    }
-}
 
 impl Rebuild {
     /// A rebuild runner reading from `source`; the new secret comes from the environment.
@@ -89,26 +120,16 @@ impl Rebuild {
     }
 
     /// The target's names and schema from the parameters.
-    fn target_of(&self, params: &Json) -> Result<(Names, Schema)> {
-        if let Some(unknown) = params.as_object().and_then(|o| o.keys().find(|k| !PARAMS.contains(&k.as_str()))) {
-            return Err(Error::invalid(format!("params.{unknown}: unknown parameter (known: {})", PARAMS.join(", "))));
-        }
-        let into = params
-            .get("into")
-            .and_then(Json::as_str)
-            .ok_or_else(|| Error::invalid("params.into: the new catalog's name is required"))?;
-        let names = Names::new(into, None, None).map_err(|e| Error::invalid(format!("params.into: {e}")))?;
+    fn target_of(&self, params: &RebuildParams) -> Result<(Names, Schema)> {
+        let names = Names::new(&params.into, None, None).map_err(|e| Error::invalid(format!("params.into: {e}")))?;
         let source = self.source.schema();
         if names.table.eq_ignore_ascii_case(&self.source.names().table) {
             return Err(Error::invalid("params.into: must name another catalog than the source"));
         }
-        let index_keys = list(params, "index_keys")?.unwrap_or_else(|| source.index_keys.clone());
-        let row_key = match params.get("row_key") {
-            None | Some(Json::Null) => source.row_key.clone(),
-            Some(v) => v.as_str().map(String::from).ok_or_else(|| Error::invalid("params.row_key: a field name"))?,
-        };
-        let hashed = list(params, "hashed_keys")?.unwrap_or_else(|| source.hashed().to_vec());
-        let redact = list(params, "redact_keys")?.unwrap_or_else(|| source.redacted().to_vec());
+        let index_keys = params.index_keys.as_ref().map_or_else(|| source.index_keys.clone(), FieldList::names);
+        let row_key = params.row_key.clone().unwrap_or_else(|| source.row_key.clone());
+        let hashed = params.hashed_keys.as_ref().map_or_else(|| source.hashed().to_vec(), FieldList::names);
+        let redact = params.redact_keys.as_ref().map_or_else(|| source.redacted().to_vec(), FieldList::names);
         let key = match self.new_key() {
             Some(Ok(k)) => Some(k.clone()),
             Some(Err(e)) => return Err(Error::Config(e.clone())),
@@ -128,8 +149,15 @@ impl Rebuild {
         Ok((names, schema))
     }
 
-    /// The target catalog of a rebuild with these parameters, opened (created if new).
+    /// The target catalog of a rebuild with these parameters (as given to
+    /// [`super::Jobs::start`]), opened (created if new). [`Error::Invalid`] naming the
+    /// parameter when they do not fit.
     pub async fn target(&self, params: &Json) -> Result<Arc<Catalog>> {
+        self.target_for(&params_of(PARAMS, params)?).await
+    }
+
+    /// The target catalog of a rebuild with `params`, opened once per process.
+    async fn target_for(&self, params: &RebuildParams) -> Result<Arc<Catalog>> {
         let cell = {
             let mut slot = self.target.lock().await;
             match &*slot {
@@ -152,20 +180,36 @@ impl Rebuild {
     }
 }
 
+/// What one rebuild step counts, as stored (every key always): `rows` read, `records`
+/// copied, `refused` (records the new schema refuses, logged and skipped).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct RebuildCounters {
+    /// Rows read.
+    pub rows: u64,
+    /// Records copied.
+    pub records: u64,
+    /// Records the new schema refused.
+    pub refused: u64,
+}
+
 #[async_trait]
-impl JobRunner for Rebuild {
-    fn roots(&self, params: &Json) -> Result<Vec<Json>> {
-        self.target_of(params)?;
-        segment_of(params)?;
-        Ok(vec![json!(Step::root())])
+impl JobKindSpec for Rebuild {
+    type Params = RebuildParams;
+    type Step = Step;
+    type Counters = RebuildCounters;
+    type Finding = NoFinding;
+    const PARAMS: &'static [&'static str] = PARAMS;
+    const STEP: &'static str = SCAN_STEP;
+
+    fn roots(&self, p: &RebuildParams) -> Result<Vec<Step>> {
+        self.target_of(p)?;
+        Ok(vec![Step::root()])
     }
 
-    async fn run(&self, job: &Job, step: &Json) -> Result<StepResult> {
-        let step = scan_step(step)?;
-        let target = self.target(&job.params).await?;
+    async fn run(&self, job: &Job, p: &RebuildParams, step: Step) -> Result<Outcome<Self>> {
+        let target = self.target_for(p).await?;
         let source = &self.source;
-        let out =
-            scan::run_step(source.store().as_ref(), &source.names().table, &step, segment_of(&job.params)?).await?;
+        let out = scan::run_step(source.store().as_ref(), &source.names().table, &step, segment(p.segment)).await?;
         let rows = out.entities.len() as u64;
         let records: Vec<_> = out.entities.iter().filter_map(|e| owned_record(&source.schema(), e)).collect();
         let copied = records.len() as u64;
@@ -176,11 +220,7 @@ impl JobRunner for Rebuild {
                 refused += 1;
             }
         }
-        let counters = BTreeMap::from([
-            ("rows".to_string(), rows),
-            ("records".to_string(), copied - refused),
-            ("refused".to_string(), refused),
-        ]);
-        Ok(StepResult { counters, findings: Vec::new(), next: children(&out.next) })
+        let counters = RebuildCounters { rows, records: copied - refused, refused };
+        Ok(Outcome { counters, findings: Vec::new(), next: out.next })
     }
 }

@@ -42,7 +42,8 @@ pub fn key_of(text: &str) -> String {
 /// cannot leave a child outstanding that no message carries.
 #[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Plan {
-    /// The work items it discovered (at most 3 for the scan-based kinds, 4.6 KiB each).
+    /// The work items it discovered (at most 3 for the scan-based kinds, 4.6 KiB each), as the
+    /// stored JSON of the kind's step type.
     pub next: Vec<Json>,
     /// What it counted.
     pub counters: BTreeMap<String, u64>,

@@ -1,4 +1,6 @@
-//! What a job kind does with one work item.
+//! What a job kind does with one work item, in the stored JSON form: the interface [`super::Jobs`]
+//! calls. The kinds of this crate are written against their own types (the crate-internal
+//! `typed::JobKindSpec`), which become a [`JobRunner`] through one adapter.
 
 use std::collections::BTreeMap;
 

@@ -8,6 +8,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use serde_json::{json, Value as Json};
 
+use super::typed;
+
 use super::*;
 use crate::dispatch::{Dispatcher, Disposition, QueuePolicy};
 use crate::store::local::LocalStore;
@@ -24,30 +26,54 @@ struct Halves {
     drift: bool,
 }
 
+/// `{"size": n}`.
+#[derive(serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Size {
+    size: u64,
+}
+
+/// What a piece counts.
+#[derive(Default, serde::Serialize)]
+struct Numbers {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    numbers: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    findings: Option<u64>,
+}
+
+/// A finding: `{"multiple_of_7": i}`.
+#[derive(serde::Serialize)]
+struct Multiple {
+    multiple_of_7: u64,
+}
+
 #[async_trait]
-impl JobRunner for Halves {
-    fn roots(&self, params: &Json) -> Result<Vec<Json>> {
-        let n = params
-            .get("size")
-            .and_then(Json::as_u64)
-            .ok_or_else(|| Error::invalid("params.size: a count is required"))?;
-        Ok(vec![json!([0, n])])
+impl typed::JobKindSpec for Halves {
+    type Params = Size;
+    /// `[lo, hi]`.
+    type Step = (u64, u64);
+    type Counters = Numbers;
+    type Finding = Multiple;
+    const PARAMS: &'static [&'static str] = &["size"];
+    const STEP: &'static str = "a range";
+
+    fn roots(&self, p: &Size) -> Result<Vec<(u64, u64)>> {
+        Ok(vec![(0, p.size)])
     }
 
-    async fn run(&self, _job: &Job, step: &Json) -> Result<StepResult> {
+    async fn run(&self, _job: &Job, _p: &Size, (lo, hi): (u64, u64)) -> Result<typed::Outcome<Self>> {
         let call = self.calls.fetch_add(1, Ordering::SeqCst) + 1;
-        let (lo, hi) = (step[0].as_u64().unwrap_or(0), step[1].as_u64().unwrap_or(0));
         if self.flaky > 0 && call % self.flaky == 0 || self.poison == Some(lo) {
             return Err(Error::Store(StoreError::Unavailable(format!("flaky at call {call}"))));
         }
-        let mut r = StepResult::default();
+        let mut r = typed::Outcome { next: Vec::new(), counters: Numbers::default(), findings: Vec::new() };
         if hi - lo > 4 {
             let mid = if self.drift { ((lo + hi) / 2 + u64::from(call)).min(hi - 1) } else { (lo + hi) / 2 };
-            r.next = vec![json!([lo, mid]), json!([mid, hi])];
+            r.next = vec![(lo, mid), (mid, hi)];
         } else {
-            r.counters.insert("numbers".into(), hi - lo);
-            r.findings = (lo..hi).filter(|i| i % 7 == 0).map(|i| json!({"multiple_of_7": i})).collect();
-            r.counters.insert("findings".into(), r.findings.len() as u64);
+            r.findings = (lo..hi).filter(|i| i % 7 == 0).map(|i| Multiple { multiple_of_7: i }).collect();
+            r.counters = Numbers { numbers: Some(hi - lo), findings: Some(r.findings.len() as u64) };
         }
         Ok(r)
     }

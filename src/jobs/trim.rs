@@ -11,10 +11,11 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use serde_json::{json, Value as Json};
+use serde::{Deserialize, Serialize};
 
-use super::kinds::{children, scan_step, segment_of};
-use super::{Job, JobRunner, StepResult};
+use super::kinds::{segment, Segment, SCAN_STEP};
+use super::typed::{JobKindSpec, NoFinding, Outcome};
+use super::Job;
 use crate::catalog::Catalog;
 use crate::error::{Error, Result};
 use crate::history::{inverted_time, MAX_DAYS};
@@ -24,6 +25,50 @@ use crate::wal::id::now_micros;
 
 /// Microseconds in a day.
 const DAY_US: i64 = 86_400_000_000;
+
+/// `params.days`: the retention period, a whole number of days in 1..=36,500.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "u64", into = "u64")]
+pub(crate) struct Days(u32);
+
+impl TryFrom<u64> for Days {
+    type Error = String;
+
+    fn try_from(d: u64) -> std::result::Result<Days, String> {
+        match u32::try_from(d) {
+            Ok(d) if (1..=MAX_DAYS).contains(&d) => Ok(Days(d)),
+            _ => Err(format!("{d} is not a whole number in 1..={MAX_DAYS}")),
+        }
+    }
+}
+
+impl From<Days> for u64 {
+    fn from(d: Days) -> u64 {
+        u64::from(d.0)
+    }
+}
+
+/// The parameters of `trim-history`, as given and stored: `{"days": 30, "segment": 100}`,
+/// both optional (`days` defaults to the catalog's period).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct TrimParams {
+    /// Rows older than this many days are removed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub days: Option<Days>,
+    /// Entities per scan query.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub segment: Option<Segment>,
+}
+
+/// What one step counts, as stored (both keys always): `rows` read, `removed`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct TrimCounters {
+    /// History rows read.
+    pub rows: u64,
+    /// Rows removed (older than the period).
+    pub removed: u64,
+}
 
 /// Trims the history table of a catalog.
 pub struct TrimHistory {
@@ -36,43 +81,41 @@ impl TrimHistory {
         TrimHistory { catalog }
     }
 
-    fn days(&self, params: &Json) -> Result<u32> {
-        match params.get("days") {
-            None | Some(Json::Null) => self.catalog.options().history.keep_days.ok_or_else(|| {
+    /// The period in force: `params.days`, else the catalog's; [`Error::Invalid`] naming
+    /// `params.days` when neither is set.
+    fn days(&self, params: &TrimParams) -> Result<u32> {
+        match params.days {
+            Some(Days(d)) => Ok(d),
+            None => self.catalog.options().history.keep_days.ok_or_else(|| {
                 Error::invalid("params.days: required (the catalog sets no TABLE_CATALOG_HISTORY_DAYS)")
             }),
-            Some(v) => v
-                .as_u64()
-                .filter(|d| (1..=u64::from(MAX_DAYS)).contains(d))
-                .map(|d| d as u32)
-                .ok_or_else(|| Error::invalid(format!("params.days: {v} is not a whole number in 1..={MAX_DAYS}"))),
         }
     }
 }
 
 #[async_trait]
-impl JobRunner for TrimHistory {
-    fn roots(&self, params: &Json) -> Result<Vec<Json>> {
-        if let Some(unknown) =
-            params.as_object().and_then(|o| o.keys().find(|k| !["days", "segment"].contains(&k.as_str())))
-        {
-            return Err(Error::invalid(format!("params.{unknown}: unknown parameter (known: days, segment)")));
-        }
+impl JobKindSpec for TrimHistory {
+    type Params = TrimParams;
+    type Step = Step;
+    type Counters = TrimCounters;
+    type Finding = NoFinding;
+    const PARAMS: &'static [&'static str] = &["days", "segment"];
+    const STEP: &'static str = SCAN_STEP;
+
+    fn roots(&self, p: &TrimParams) -> Result<Vec<Step>> {
         if !self.catalog.options().history.enabled {
             return Err(Error::invalid(
                 "kind: this catalog keeps no history (TABLE_CATALOG_HISTORY is off; CLI: --history on)",
             ));
         }
-        self.days(params)?;
-        segment_of(params)?;
-        Ok(vec![json!(Step::root())])
+        self.days(p)?;
+        Ok(vec![Step::root()])
     }
 
-    async fn run(&self, job: &Job, step: &Json) -> Result<StepResult> {
-        let step = scan_step(step)?;
-        let cutoff = inverted_time(now_micros() - i64::from(self.days(&job.params)?) * DAY_US);
+    async fn run(&self, _job: &Job, p: &TrimParams, step: Step) -> Result<Outcome<Self>> {
+        let cutoff = inverted_time(now_micros() - i64::from(self.days(p)?) * DAY_US);
         let (store, table) = (self.catalog.store().as_ref(), &self.catalog.names().history_table);
-        let out = scan::run_step(store, table, &step, segment_of(&job.params)?).await?;
+        let out = scan::run_step(store, table, &step, segment(p.segment)).await?;
         // A history RowKey starts with the inverted time: at or above the cutoff = older.
         let mut old: BTreeMap<&str, Vec<String>> = BTreeMap::new();
         for e in &out.entities {
@@ -85,8 +128,7 @@ impl JobRunner for TrimHistory {
             bulk_delete::delete_rows(store, table, pk, keys).await?;
             removed += keys.len() as u64;
         }
-        let counters =
-            BTreeMap::from([("rows".to_string(), out.entities.len() as u64), ("removed".to_string(), removed)]);
-        Ok(StepResult { counters, findings: Vec::new(), next: children(&out.next) })
+        let counters = TrimCounters { rows: out.entities.len() as u64, removed };
+        Ok(Outcome { counters, findings: Vec::new(), next: out.next })
     }
 }
