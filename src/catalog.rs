@@ -475,7 +475,7 @@ impl Catalog {
     /// timeout plus the time to apply one group ([`crate::apply::Applier::apply_shard_by`]).
     pub async fn wait_applied(&self, shard: ShardId, id: &WalId) -> Result<bool> {
         let deadline = crate::env::now() + self.opts.wait_timeout;
-        let mut delay = Duration::from_millis(5);
+        let mut delays = crate::env::poll_delays(Duration::from_millis(5), Duration::from_millis(200));
         loop {
             let started = crate::env::now();
             let outcome = self
@@ -497,8 +497,8 @@ impl Catalog {
                     self.opts.wait_timeout
                 )));
             }
-            crate::env::sleep(delay).await;
-            delay = (delay * 2).min(Duration::from_millis(200));
+            let left = deadline.saturating_duration_since(crate::env::now());
+            crate::env::sleep(delays.next().unwrap_or(left).min(left)).await;
         }
     }
 

@@ -113,6 +113,16 @@ pub fn backoff(min: Duration, max: Duration, times: usize) -> backon::Exponentia
         .with_jitter_seed(seed())
 }
 
+/// The delays of a wait that polls until its caller's deadline (a barrier, a schema fence, a
+/// read-your-writes catch-up, a `wait`, an idle queue worker): [`backoff`]'s policy, `min`
+/// doubling up to `max` with jitter, without a retry limit (the caller's deadline, or what it
+/// waits for, ends the wait). The one helper for such waits; a retry of a failed request uses
+/// [`backoff`] with a limit.
+pub fn poll_delays(min: Duration, max: Duration) -> impl Iterator<Item = Duration> + Send {
+    use backon::BackoffBuilder;
+    backoff(min, max, 0).without_max_times().build().map(move |d| d.min(max))
+}
+
 /// While alive, this thread runs a simulation (see the module docs). Dropping it restores
 /// the real environment.
 #[derive(Debug)]

@@ -162,7 +162,7 @@ impl Applier {
         // that becomes durable after the first check is acknowledged only after this.
         let filters = page.iter().filter(|e| !matches!(e.op, Op::Upsert { .. })).map(WalEntry::effective);
         self.publish_at_least(filters.max().unwrap_or(id)).await?;
-        let mut delay = Duration::from_millis(5);
+        let mut delays = crate::env::poll_delays(Duration::from_millis(5), Duration::from_millis(200));
         loop {
             let first = self.shards_behind(own, id, page).await?;
             if first.own_late {
@@ -211,8 +211,7 @@ impl Applier {
                 || outcomes.iter().any(|o| matches!(o, DrainOutcome::Busy | DrainOutcome::Partial { .. }))
             {
                 let left = deadline.saturating_duration_since(crate::env::now());
-                crate::env::sleep(delay.min(left)).await;
-                delay = (delay * 2).min(Duration::from_millis(200));
+                crate::env::sleep(delays.next().unwrap_or(left).min(left)).await;
             }
         }
     }

@@ -57,7 +57,7 @@ impl Applier {
     pub async fn catch_up(&self, deadline: Instant) -> Result<CaughtUp> {
         let mut bound: Option<WalId> = None;
         let mut counted = false;
-        let mut delay = Duration::from_millis(5);
+        let mut delays = crate::env::poll_delays(Duration::from_millis(5), Duration::from_millis(100));
         loop {
             match self.catch_up_round(deadline, &mut bound, &mut counted).await {
                 Ok(Some(done)) => return Ok(done),
@@ -70,8 +70,8 @@ impl Applier {
             }
             // Another applier holds a lagging shard (it is applying it), or storage failed
             // for a moment: look again shortly.
-            crate::env::sleep(delay.min(deadline.saturating_duration_since(crate::env::now()))).await;
-            delay = (delay * 2).min(Duration::from_millis(100));
+            let left = deadline.saturating_duration_since(crate::env::now());
+            crate::env::sleep(delays.next().unwrap_or(left).min(left)).await;
         }
     }
 

@@ -55,7 +55,7 @@ impl Applier {
 
     async fn wait_fence(&self, own: ShardId, version: u64, lease: &mut Lease, deadline: Instant) -> Result<Passed> {
         self.ensure_schema(version).await?;
-        let mut delay = Duration::from_millis(10);
+        let mut delays = crate::env::poll_delays(Duration::from_millis(10), Duration::from_millis(500));
         loop {
             let count = self.wal.current_shard_count().await?;
             let mut behind = 0;
@@ -88,8 +88,7 @@ impl Applier {
                 return Ok(Passed::LeaseLost);
             }
             let left = deadline.saturating_duration_since(crate::env::now());
-            crate::env::sleep(delay.min(left)).await;
-            delay = (delay * 2).min(Duration::from_millis(500));
+            crate::env::sleep(delays.next().unwrap_or(left).min(left)).await;
         }
     }
 

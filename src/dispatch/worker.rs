@@ -31,7 +31,11 @@ pub(super) async fn run(dispatcher: Arc<Dispatcher>, opts: WorkerOptions, mut st
     let limit = opts.concurrency.unwrap_or_else(|| dispatcher.policy.concurrency()).max(1);
     let max_idle = dispatcher.policy.max_polling_interval.max(Duration::from_millis(20));
     let mut in_flight = tokio::task::JoinSet::new();
-    let mut idle = Duration::from_millis(20);
+    // Polling an empty queue backs off from 20 ms to `max_polling_interval`, as the host
+    // does, and starts again at 20 ms once a message came.
+    let first = Duration::from_millis(20);
+    let mut delays = crate::env::poll_delays(first, max_idle);
+    let mut idle = first;
     loop {
         while in_flight.try_join_next().is_some() {}
         if *stop.borrow() {
@@ -42,7 +46,8 @@ pub(super) async fn run(dispatcher: Arc<Dispatcher>, opts: WorkerOptions, mut st
         if room > 0 {
             match dispatcher.store.receive_messages(&dispatcher.queue, room, opts.lease).await {
                 Ok(msgs) if !msgs.is_empty() => {
-                    idle = Duration::from_millis(20);
+                    delays = crate::env::poll_delays(first, max_idle);
+                    idle = first;
                     for m in msgs {
                         let d = dispatcher.clone();
                         in_flight.spawn(async move {
@@ -73,8 +78,11 @@ pub(super) async fn run(dispatcher: Arc<Dispatcher>, opts: WorkerOptions, mut st
             }
             // Full: wait for a slot.
             Some(_) = in_flight.join_next(), if room == 0 => {}
-            _ = wake, if room > 0 => idle = Duration::from_millis(20),
-            _ = crate::env::sleep(idle), if room > 0 => idle = (idle * 2).min(max_idle),
+            _ = wake, if room > 0 => {
+                delays = crate::env::poll_delays(first, max_idle);
+                idle = first;
+            }
+            _ = crate::env::sleep(idle), if room > 0 => idle = delays.next().unwrap_or(max_idle),
         }
     }
 }

@@ -246,7 +246,11 @@ impl ManagedIdentityCredential {
         if let Some(id) = &self.client_id {
             url.query_pairs_mut().append_pair("client_id", id);
         }
-        let mut delay = self.backoff;
+        // Doubling from the first delay: 200 ms, 400 ms, 800 ms by default (with jitter).
+        let mut delays = {
+            use backon::BackoffBuilder;
+            crate::env::backoff(self.backoff, self.backoff * 4, ATTEMPTS - 1).build()
+        };
         let mut last = String::new();
         for attempt in 1..=ATTEMPTS {
             let sent = self.http.get(url.clone()).header("X-IDENTITY-HEADER", self.header.secret()).send().await;
@@ -270,12 +274,12 @@ impl ManagedIdentityCredential {
                     true
                 }
             };
-            if !transient || attempt == ATTEMPTS {
-                break;
-            }
+            let delay = match delays.next() {
+                Some(delay) if transient && attempt < ATTEMPTS => delay,
+                _ => break,
+            };
             tracing::warn!(attempt, error = %last, "managed identity token request failed; retrying");
             crate::env::sleep(delay).await;
-            delay *= 2;
         }
         Err(identity_error(format!("managed identity ({IDENTITY_ENDPOINT}) gave no token for {resource}: {last}")))
     }
