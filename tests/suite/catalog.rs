@@ -169,9 +169,10 @@ async fn an_apply_pass_stops_at_its_budget_and_hands_over() {
     let records: Vec<Record> =
         (0..300).map(|i| rec(json!({"icao": format!("K{i:04}"), "name": format!("n{i}")}))).collect();
     c.upsert_many(records, false).await.unwrap();
-    // One drain page (128 entries) per pass, then it stops with work left.
-    assert_eq!(c.recover().await.unwrap(), DrainOutcome::Partial { applied: 128 });
-    assert_eq!(c.status().await.unwrap().pending, 172);
+    // One group (a run of 64 upserts) per pass, then it stops with work left: a pass past its
+    // deadline stops at the next group boundary, not at the end of its page of 128 entries.
+    assert_eq!(c.recover().await.unwrap(), DrainOutcome::Partial { applied: 64 });
+    assert_eq!(c.status().await.unwrap().pending, 236);
     // A queue message that runs out of budget enqueues a hint for the rest (sent by a
     // background task after the pass: wait for it, bounded).
     let queue = c.names().queue.clone();
@@ -183,7 +184,7 @@ async fn an_apply_pass_stops_at_its_budget_and_hands_over() {
         }
     }
     c.process_message(&table_catalog::messages::hint_json("wal", "x"), "m1").await.unwrap();
-    assert_eq!(c.status().await.unwrap().pending, 44);
+    assert_eq!(c.status().await.unwrap().pending, 172);
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     while c.store().approximate_count(&queue).await.unwrap() == 0 {
         assert!(std::time::Instant::now() < deadline, "no hint was enqueued for the rest");
