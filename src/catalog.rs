@@ -15,8 +15,8 @@ use crate::env::Instant;
 use serde::Serialize;
 
 use crate::apply::catch_up::CaughtUp;
-use crate::apply::sweep::{age_ms, SweepReport};
-use crate::apply::{Applier, DrainOutcome};
+use crate::apply::sweep::age_ms;
+use crate::apply::Applier;
 use crate::error::{Error, Result};
 use crate::hinter::Hinter;
 use crate::history::read::HistoryPage;
@@ -28,7 +28,14 @@ use crate::record::{self, Record};
 use crate::schema::{RecordKeys, Schema};
 use crate::store::counting::{RequestCounts, RequestSnapshot};
 use crate::store::{Store, MAX_PAGE};
-use crate::wal::{DeadPage, Op, ShardId, Wal, WalId, WalOptions};
+use crate::wal::{Op, Wal};
+
+// The internal types that the catalog's own signatures carry: the ids a write returns and
+// `wait_applied` takes, the WAL tunables of `CatalogOptions`, what `recover`, `sweep` and
+// `dead` return. Re-exported here so that the `wal` and `apply` modules stay private.
+pub use crate::apply::sweep::SweepReport;
+pub use crate::apply::DrainOutcome;
+pub use crate::wal::{DeadEntry, DeadPage, ShardId, WalId, WalOptions};
 
 /// Tunables of a catalog.
 #[derive(Debug, Clone)]
@@ -84,7 +91,7 @@ pub enum WalState {
     /// Applied, known: the id is a shard's checkpoint, the last entry that shard applied.
     Applied,
     /// Moved to the WAL's `dead` partition: it can never be applied (the reason is in
-    /// [`crate::wal::Wal::dead_reason`]).
+    /// `crate::wal::Wal::dead_reason`).
     Dead,
     /// Not pending, not dead, below a shard's checkpoint: applied if it was ever logged. An id
     /// that was never logged reads the same, so this is not a proof that it exists. For an
@@ -126,7 +133,7 @@ pub struct ShardStatus {
     pub shard: String,
     /// Entries not yet applied; a lower bound when `pending_capped`.
     pub pending: u64,
-    /// The count reached [`crate::wal::COUNT_CAP`]. Omitted when false.
+    /// The count reached `crate::wal::COUNT_CAP`. Omitted when false.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub pending_capped: bool,
     /// Age of the oldest pending entry, in milliseconds.
@@ -140,7 +147,7 @@ pub struct ShardStatus {
 pub struct Status {
     /// WAL entries not yet applied, over every shard; a lower bound when `pending_capped`.
     pub pending: u64,
-    /// Some shard's backlog reached the count cap ([`crate::wal::COUNT_CAP`] entries, counted
+    /// Some shard's backlog reached the count cap (`crate::wal::COUNT_CAP` entries, counted
     /// so that a status read stays cheap under any backlog): `pending` is at least that much.
     /// Omitted when false.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
@@ -171,7 +178,7 @@ pub enum MessageOutcome {
         id: Option<String>,
     },
     /// The message can never succeed (the dispatcher puts it on the poison queue with this
-    /// reason; see [`crate::dispatch`]).
+    /// reason; see `crate::dispatch`).
     Rejected {
         /// Why.
         reason: String,
@@ -247,13 +254,13 @@ impl Catalog {
         &self.store
     }
 
-    /// The WAL (for operators and tests).
-    pub fn wal(&self) -> &Wal {
+    /// The WAL (for operators and tests: `testing::CatalogInternals`).
+    pub(crate) fn wal(&self) -> &Wal {
         &self.wal
     }
 
-    /// The apply engine (for operators and tests).
-    pub fn applier(&self) -> &Applier {
+    /// The apply engine (for operators and tests: `testing::CatalogInternals`).
+    pub(crate) fn applier(&self) -> &Applier {
         &self.applier
     }
 
@@ -458,7 +465,7 @@ impl Catalog {
     }
 
     /// Waits until every apply hint this catalog asked for was sent (hints go after the
-    /// acknowledgement, in the background; see [`crate::hinter`]).
+    /// acknowledgement, in the background; see `crate::hinter`).
     pub async fn hints_settled(&self) {
         self.hints.settled().await
     }
@@ -472,7 +479,7 @@ impl Catalog {
     /// Blocks until entry `id` of `shard` is applied, applying the shard here when no other
     /// applier holds it. [`Error::Timeout`] after [`CatalogOptions::wait_timeout`]: an apply pass run
     /// here stops at its first group boundary past the deadline, so the wait ends within the
-    /// timeout plus the time to apply one group ([`crate::apply::Applier::apply_shard_by`]).
+    /// timeout plus the time to apply one group (`crate::apply::Applier::apply_shard_by`).
     pub async fn wait_applied(&self, shard: ShardId, id: &WalId) -> Result<bool> {
         let deadline = crate::env::now() + self.opts.wait_timeout;
         let mut delays = crate::env::poll_delays(Duration::from_millis(5), Duration::from_millis(200));
@@ -530,10 +537,10 @@ impl Catalog {
     }
 
     /// Read-your-writes: [`Catalog::query`], after every write acknowledged before this call
-    /// (through any process) was applied; see [`crate::apply::catch_up`] for the argument.
+    /// (through any process) was applied; see `crate::apply::catch_up` for the argument.
     /// With nothing pending it costs one request per WAL shard (concurrently) before the
     /// query. [`Error::Busy`] (HTTP 503 with `Retry-After`) when more than
-    /// [`crate::apply::catch_up::MAX_CATCH_UP`] entries are pending, or when they are not
+    /// `crate::apply::catch_up::MAX_CATCH_UP` entries are pending, or when they are not
     /// applied within [`CatalogOptions::consistent_timeout`]; it never answers from a catalog
     /// that has not caught up.
     pub async fn query_consistent(
@@ -639,19 +646,19 @@ impl Catalog {
 
     /// One page of the WAL's dead entries (entries that can never be applied), with the
     /// reason each died: at most `limit` (1-1,000), from a continuation token of the previous
-    /// page. See [`crate::apply::dead`].
+    /// page. See `crate::apply::dead`.
     pub async fn dead(&self, limit: usize, continuation: Option<&str>) -> Result<DeadPage> {
         self.wal.dead_page(limit, continuation).await
     }
 
     /// Every dead entry, in id order (a page of 1,000 per request).
-    pub fn dead_entries(&self) -> futures::stream::BoxStream<'_, Result<crate::wal::DeadEntry>> {
+    pub fn dead_entries(&self) -> futures::stream::BoxStream<'_, Result<DeadEntry>> {
         self.wal.dead_entries()
     }
 
     /// Moves dead entry `id` (or every dead entry, when `None`) back to pending, in the shard
     /// it came from, and hints those shards; the entries then apply like any other, fenced by
-    /// their ids (see [`crate::apply::dead`]). Returns the ids moved. Errors: `id` not a WAL
+    /// their ids (see `crate::apply::dead`). Returns the ids moved. Errors: `id` not a WAL
     /// id ([`Error::Invalid`]) or not dead ([`Error::NotFound`]).
     pub async fn redrive(&self, id: Option<&str>) -> Result<Vec<String>> {
         let id = match id {
@@ -689,7 +696,7 @@ impl Catalog {
         self.apply_metrics.record_pass(shard, applied, started.elapsed(), what);
     }
 
-    /// The operator metrics in the Prometheus text format (see [`crate::metrics`] for the
+    /// The operator metrics in the Prometheus text format (see `crate::metrics` for the
     /// names, and for what one call costs in storage requests: it reads [`Catalog::status`]).
     pub async fn metrics_text(&self) -> Result<String> {
         let status = self.status().await?;
@@ -724,7 +731,7 @@ impl Catalog {
         })
     }
 
-    /// One sweep (see [`crate::apply::sweep`]).
+    /// One sweep (see `crate::apply::sweep`).
     pub async fn sweep(&self) -> Result<SweepReport> {
         self.applier.sweep(self.opts.sweep_apply_after).await
     }
@@ -733,7 +740,7 @@ impl Catalog {
     /// shard they name; intents are logged once per `message_id` (in shard 0) and applied. A
     /// message that can never succeed is reported as [`MessageOutcome::Rejected`] with its
     /// reason, having written nothing; a transient failure is an `Err` (retry the message).
-    /// Queue transport (decoding, poisoning, retries) is [`crate::dispatch`]'s.
+    /// Queue transport (decoding, poisoning, retries) is `crate::dispatch`'s.
     pub async fn process_message(&self, text: &str, message_id: &str) -> Result<MessageOutcome> {
         let result = self.handle_message(text, message_id).await;
         match &result {
@@ -810,5 +817,38 @@ impl Catalog {
     /// Options in force.
     pub fn options(&self) -> &CatalogOptions {
         &self.opts
+    }
+}
+
+/// A catalog's WAL and apply engine, for the binary's operator commands and the tests
+/// (re-exported by the hidden `cli_support` and `testing` modules; not part of the API).
+#[cfg(any(feature = "cli", feature = "testing"))]
+pub(crate) mod internals {
+    use super::Catalog;
+    use crate::apply::Applier;
+    use crate::wal::Wal;
+
+    /// The internals of a [`Catalog`]: `use table_catalog::testing::CatalogInternals` and
+    /// call `catalog.wal()`, `catalog.applier()`.
+    pub trait CatalogInternals {
+        /// The WAL.
+        fn wal(&self) -> &Wal;
+        /// The apply engine.
+        fn applier(&self) -> &Applier;
+    }
+
+    impl CatalogInternals for Catalog {
+        fn wal(&self) -> &Wal {
+            Catalog::wal(self)
+        }
+        fn applier(&self) -> &Applier {
+            Catalog::applier(self)
+        }
+    }
+
+    /// The dispatcher of `catalog`'s scan queue (`JobHandler::dispatcher`).
+    #[cfg(feature = "testing")]
+    pub fn job_dispatcher(catalog: std::sync::Arc<Catalog>) -> crate::dispatch::Dispatcher {
+        crate::jobs::JobHandler::dispatcher(catalog)
     }
 }

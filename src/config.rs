@@ -1,5 +1,5 @@
 //! Configuration: names, schema and storage backend, from code or from the environment
-//! (the settings listed in [`crate::settings`]).
+//! (the settings listed in `crate::settings`).
 //!
 //! ```no_run
 //! # async fn demo() -> table_catalog::Result<()> {
@@ -18,8 +18,6 @@ use std::sync::Arc;
 
 use crate::catalog::{Catalog, CatalogOptions};
 use crate::error::{Error, Result};
-use crate::hashed::{HashKey, HashKeyError};
-use crate::schema::Schema;
 use crate::settings;
 use crate::store::azure::{identity, AzureStore};
 use crate::store::counting::{CountingStore, RequestCounts};
@@ -27,7 +25,9 @@ use crate::store::local::{Durability, LocalStore};
 use crate::store::{Store, StoreError};
 use crate::wal::schema_row;
 
+pub use crate::hashed::{HashKey, HashKeyError, KeyId};
 pub use crate::names::{validate_queue_name, validate_table_name, Names};
+pub use crate::schema::{AddedIndex, IndexState, RecordKeys, Schema};
 
 /// Where the catalog is stored.
 #[derive(Clone)]
@@ -61,7 +61,7 @@ pub struct Config {
     pub index_keys: Option<Vec<String>>,
     /// Row-key field; `None` means "use the stored schema".
     pub row_key: Option<String>,
-    /// Hashed index fields ([`crate::hashed`]); `None` means "as stored" (none for a new
+    /// Hashed index fields (`crate::hashed`); `None` means "as stored" (none for a new
     /// catalog).
     pub hashed_keys: Option<Vec<String>>,
     /// Redacted fields, a subset of the hashed ones; `None` means "as stored".
@@ -169,7 +169,7 @@ impl Config {
     }
 
     /// Hashes these index fields and redacts `redact` (a subset) with `key` (builder
-    /// style; see [`crate::hashed`]).
+    /// style; see `crate::hashed`).
     pub fn hashed_keys<S: Into<String>>(
         mut self,
         hashed: impl IntoIterator<Item = S>,

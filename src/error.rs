@@ -2,7 +2,7 @@
 //! [`crate::http`]. Messages name the offending field and the limit, and never contain
 //! credentials.
 
-use crate::keys::KeyError;
+pub use crate::keys::KeyError;
 use crate::store::StoreError;
 
 /// Errors of catalog operations. `Clone`, so one failure can be reported to every caller

@@ -16,9 +16,11 @@
 /// the schema row is written, after the clock's schema version is raised, and in the apply
 /// of the change's entry before its job starts. Not in [`POINTS`], whose every point lies
 /// after a write's WAL entry.
+#[cfg_attr(not(feature = "testing"), allow(dead_code))] // read by the tests only
 pub const SCHEMA_POINTS: &[&str] = &["after_schema_row", "after_schema_clock", "before_schema_job"];
 
 /// The named points, in path order.
+#[cfg_attr(not(feature = "testing"), allow(dead_code))] // read by the tests only
 pub const POINTS: &[&str] = &[
     "before_clock_publish",
     "after_wal_write",

@@ -46,7 +46,7 @@ pub enum HashKeyError {
         settings::HASH_KEY
     )]
     Encoding,
-    /// Decoded, but shorter than [`MIN_KEY_BYTES`].
+    /// Decoded, but shorter than `MIN_KEY_BYTES`.
     #[error(
         "{}: the key is {len} bytes once decoded ({encoding}); at least {MIN_KEY_BYTES} bytes are required (`openssl rand -base64 32`)",
         settings::HASH_KEY
@@ -120,7 +120,7 @@ impl Eq for HashKey {}
 impl HashKey {
     /// Parses the setting's value: hex when it is only hex digits of even length, else
     /// standard base64 (padding optional). Surrounding whitespace is ignored. At least
-    /// [`MIN_KEY_BYTES`] bytes once decoded.
+    /// `MIN_KEY_BYTES` bytes once decoded.
     pub fn from_setting(value: &str) -> Result<HashKey, HashKeyError> {
         let value = value.trim();
         if value.starts_with("@Microsoft.KeyVault(") {
@@ -164,7 +164,7 @@ impl HashKey {
     }
 
     /// The value a hashed index field contributes to keys: the hex HMAC of the lowercased
-    /// string form, or the hex of a value already in redacted form ([`parse_redacted`]).
+    /// string form, or the hex of a value already in redacted form (`parse_redacted`).
     pub fn index_digest(&self, value: &str) -> String {
         match parse_redacted(value) {
             Some(hex) => hex.to_string(),
@@ -172,7 +172,7 @@ impl HashKey {
         }
     }
 
-    /// The redacted form of `value`: [`REDACTED_PREFIX`] + [`HashKey::index_digest`].
+    /// The redacted form of `value`: `REDACTED_PREFIX` + [`HashKey::index_digest`].
     pub fn redacted(&self, value: &str) -> String {
         format!("{REDACTED_PREFIX}{}", self.index_digest(value))
     }

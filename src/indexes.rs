@@ -2,24 +2,24 @@
 //! (DynamoDB's online global secondary index creation, with the catalog's invariants).
 //!
 //! **The schema.** The index fields a catalog is created with are its identity fields
-//! ([`crate::schema`]): they feed every record's RowKey and stay for its lifetime. An added
+//! (`crate::schema`): they feed every record's RowKey and stay for its lifetime. An added
 //! index is `backfilling` from its change until its backfill job is done, then `active`; a
 //! dropped one is `dropping` until its rows are removed, then gone. The stored schema row has
-//! a version, raised by each change ([`crate::wal::schema_row`]).
+//! a version, raised by each change (`crate::wal::schema_row`).
 //!
 //! **A change, in order:**
 //! 1. The schema row is updated under its ETag: the index is added as `backfilling` (or
 //!    marked `dropping`) with version `v + 1`.
-//! 2. The clock partition's schema row is raised to `v + 1` ([`crate::wal::clock`]). From
+//! 2. The clock partition's schema row is raised to `v + 1` (`crate::wal::clock`). From
 //!    here on, every WAL append round in any process reads `v + 1` in the same query that
 //!    gives it its ids, and refuses to log operations validated under an older schema
 //!    ([`crate::Error::SchemaChanged`]: the catalog re-reads the schema and validates them
 //!    again). So no process logs anything validated under the old schema after the change.
-//! 3. A schema entry ([`crate::wal::Op::Schema`]) is logged in shard 0. Entries carry the
+//! 3. A schema entry (`crate::wal::Op::Schema`) is logged in shard 0. Entries carry the
 //!    version they were validated under, and an applier that sees a newer one re-reads the
 //!    schema first.
 //! 4. Applying the entry: the low-watermark barrier (every write acknowledged before the
-//!    change was issued is applied), then the fence ([`crate::apply::schema_change`]): every
+//!    change was issued is applied), then the fence (`crate::apply::schema_change`): every
 //!    shard's applier, in any process, applies with `v + 1` before the job starts. So no
 //!    process applies anything with the old schema once the job runs, and every write applied
 //!    from then on maintains the new index (or no longer writes the dropped one).
@@ -40,7 +40,7 @@
 //! one, publishes the change again (steps 2-3). Step 4 runs again until it is applied (the
 //! entry stays pending), and starts the job once: its id derives from the entry's WAL id,
 //! and an index whose job is recorded already starts none. Named crash points
-//! `after_schema_row`, `after_schema_clock` and `before_schema_job` ([`crate::faults`]).
+//! `after_schema_row`, `after_schema_clock` and `before_schema_job` (`crate::faults`).
 //!
 //! **Limits.** Identity fields cannot be dropped online (they feed every RowKey: that is a
 //! `rebuild`). An index cannot be dropped while it is backfilling. Added indexes are

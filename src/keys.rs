@@ -31,7 +31,7 @@ pub const MAX_KEY_UTF16: usize = 512;
 /// Why a key could not be built.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum KeyError {
-    /// The encoded key is over [`MAX_KEY_UTF16`] UTF-16 code units.
+    /// The encoded key is over `MAX_KEY_UTF16` UTF-16 code units.
     #[error(
         "{what} for field '{field}' is {len} UTF-16 code units once encoded; the limit is {MAX_KEY_UTF16} (1 KiB)"
     )]
@@ -99,9 +99,9 @@ fn check_len(what: &'static str, field: &str, key: String) -> Result<String, Key
 /// The PartitionKey of index `field` holding `value`: `escape(lower("{n}_{field}{value}"))`.
 ///
 /// ```
-/// assert_eq!(table_catalog::keys::partition_key("eid", "F314").unwrap(), "3_eidf314");
-/// assert_eq!(table_catalog::keys::partition_key("a", "b:c").unwrap(), "1_ab:c");
-/// assert_eq!(table_catalog::keys::partition_key("a:b", "c").unwrap(), "3_a:bc");
+/// assert_eq!(table_catalog::testing::keys::partition_key("eid", "F314").unwrap(), "3_eidf314");
+/// assert_eq!(table_catalog::testing::keys::partition_key("a", "b:c").unwrap(), "1_ab:c");
+/// assert_eq!(table_catalog::testing::keys::partition_key("a:b", "c").unwrap(), "3_a:bc");
 /// ```
 pub fn partition_key(field: &str, value: &str) -> Result<String, KeyError> {
     // Field and value are lowercased as one string, as the reference does, so context-
@@ -115,8 +115,8 @@ pub fn partition_key(field: &str, value: &str) -> Result<String, KeyError> {
 /// `{n}_` prefix gives its length in characters. `None` for a key of another shape.
 ///
 /// ```
-/// assert_eq!(table_catalog::keys::partition_field("3_eidf314").as_deref(), Some("eid"));
-/// assert_eq!(table_catalog::keys::partition_field("metadata"), None);
+/// assert_eq!(table_catalog::testing::keys::partition_field("3_eidf314").as_deref(), Some("eid"));
+/// assert_eq!(table_catalog::testing::keys::partition_field("metadata"), None);
 /// ```
 pub fn partition_field(pk: &str) -> Option<String> {
     let (n, rest) = pk.split_once('_')?;

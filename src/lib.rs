@@ -18,6 +18,17 @@
 //! - [`http`], [`functions`], [`server`]: the HTTP API, the Azure Functions handler and the
 //!   local `serve`, which the `table-catalog` binary (feature `cli`) runs.
 //!
+//! These twelve modules are the API: [`catalog`], [`config`], [`error`], [`query`],
+//! [`record`], [`indexes`], [`jobs`], [`history`], [`store`], [`functions`], [`http`] and
+//! [`server`]. The types of the internals that their signatures carry are re-exported there:
+//! the WAL ids, [`catalog::WalOptions`] and what `recover`, `sweep` and `dead` return from
+//! [`catalog`]; [`config::Schema`], [`config::Names`] and the hashed-key types from
+//! [`config`]; the queue worker's options from [`server`]. The WAL, the apply engine, the
+//! queue dispatcher, the scanners and the whole-table tools are private, so changing them
+//! does not change the API. The hidden modules `cli_support` (feature `cli`, for the
+//! binary) and `testing` (feature `testing`, for the crate's own tests) re-export those
+//! internals; they are not part of the API and carry no semver promise.
+//!
 //! ```
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> table_catalog::Result<()> {
@@ -37,41 +48,86 @@
 //! # Ok(()) }
 //! ```
 #![warn(missing_docs)]
+// Every type a public signature carries can be named from a public module.
+#![warn(unnameable_types)]
+// Without `cli` (a library user's `default-features = false`) the operator tools that only
+// the binary calls (import, verify, repair, the WAL's admin reads, ...) are compiled but
+// unused. Builds with `cli` (the default, and every test build) still check dead code.
+#![cfg_attr(not(feature = "cli"), allow(dead_code, unused_imports))]
 
-pub mod env;
-pub mod error;
-pub mod functions;
-pub mod hashed;
-pub mod keys;
-pub mod record;
-pub mod schema;
-pub mod settings;
-pub mod store;
-
-pub use error::{Error, Result};
-pub mod apply;
+// The public API: at most 12 modules (issue 29). Everything else is `pub(crate)`.
 pub mod catalog;
 pub mod config;
-pub mod dispatch;
-pub mod faults;
-pub mod hinter;
+pub mod error;
+pub mod functions;
 pub mod history;
-pub mod messages;
-pub mod metrics;
-pub mod names;
-pub mod query;
-pub mod scan;
-pub mod wal;
-pub use catalog::{Catalog, CatalogOptions};
-pub use config::Config;
-pub mod export;
 pub mod http;
-pub mod import;
 pub mod indexes;
 pub mod jobs;
-pub mod repair;
+pub mod query;
+pub mod record;
 pub mod server;
-pub mod verify;
+pub mod store;
+
+pub use catalog::{Catalog, CatalogOptions};
+pub use config::Config;
+pub use error::{Error, Result};
+
+// Internals: the WAL, the apply engine, the queue dispatcher, the whole-table tools.
+pub(crate) mod apply;
+pub(crate) mod dispatch;
+pub(crate) mod env;
+pub(crate) mod export;
+pub(crate) mod faults;
+pub(crate) mod hashed;
+pub(crate) mod hinter;
+pub(crate) mod import;
+pub(crate) mod keys;
+pub(crate) mod messages;
+pub(crate) mod metrics;
+pub(crate) mod names;
+pub(crate) mod repair;
+pub(crate) mod scan;
+pub(crate) mod schema;
+pub(crate) mod settings;
+pub(crate) mod verify;
+pub(crate) mod wal;
+
+/// Re-exports every public item of each named internal module under a module of the same
+/// name (`pub mod wal { pub use crate::wal::*; }`): the modules themselves stay `pub(crate)`.
+#[cfg(any(feature = "cli", feature = "testing"))]
+macro_rules! reexport_internals {
+    ($($m:ident),* $(,)?) => {
+        $(pub mod $m {
+            pub use crate::$m::*;
+        })*
+    };
+}
+
+/// Internals for the `table-catalog` binary (feature `cli`, on by default): the operator
+/// commands reach the WAL, the scanners and the whole-table tools through here. Hidden, and
+/// not part of the API: no semver promise, may change with any release.
+#[cfg(feature = "cli")]
+#[doc(hidden)]
+pub mod cli_support {
+    pub use crate::catalog::internals::CatalogInternals;
+    reexport_internals!(
+        apply, dispatch, env, export, import, keys, messages, repair, scan, schema, settings, verify, wal
+    );
+}
+
+/// Internals for the crate's own tests (feature `testing`): every private module, and
+/// `CatalogInternals` for a catalog's WAL and apply engine. Hidden, and not part of the API:
+/// no semver promise.
+#[cfg(feature = "testing")]
+#[doc(hidden)]
+pub mod testing {
+    pub use crate::catalog::internals::{job_dispatcher, CatalogInternals};
+    reexport_internals!(
+        apply, dispatch, env, export, faults, hashed, hinter, import, keys, messages, metrics, names, repair, scan,
+        schema, settings, verify, wal,
+    );
+}
 
 /// README.md, so that its Rust example (the "Library" section) compiles as a doctest; its
 /// command blocks run in `tests/suite/readme.rs`.

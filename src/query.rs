@@ -6,7 +6,7 @@
 //! the others are checked on the records read, which gives the reference's intersection
 //! semantics with one partition read instead of one per field.
 //!
-//! A hashed index field ([`crate::hashed`]) is looked up by the HMAC of the value, computed
+//! A hashed index field (`crate::hashed`) is looked up by the HMAC of the value, computed
 //! the same way as when the record was written, so `ssn=123-45-6789` finds the record while
 //! no key holds the number. Only exact lookups exist on index fields: `row_from`/`row_to`
 //! bound the sort (row-key) field, which can never be hashed.
@@ -135,7 +135,7 @@ impl Filter {
     }
 
     /// The RowKey ranges to read for the filter's sort-value bounds: at most two, ascending
-    /// and disjoint (see [`keys::row_ranges`]). They may hold a few rows outside the bounds:
+    /// and disjoint (see `keys::row_ranges`). They may hold a few rows outside the bounds:
     /// check each with [`Filter::in_sort_range`].
     pub fn row_ranges(&self) -> Vec<RowRange> {
         match &self.identity {

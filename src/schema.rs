@@ -216,7 +216,7 @@ impl Schema {
         self.added.iter().find(|a| a.field == field).map(|a| a.state)
     }
 
-    /// The state of the index whose PartitionKeys start like `pk` ([`keys::partition_field`],
+    /// The state of the index whose PartitionKeys start like `pk` (`keys::partition_field`,
     /// compared lowercased as keys are), if any.
     pub fn state_of_partition(&self, pk: &str) -> Option<IndexState> {
         let field = keys::partition_field(pk)?;
@@ -234,13 +234,13 @@ impl Schema {
 
     /// True when some maintained index does not feed the fingerprint (an added index): an
     /// upsert may then move a record's row of that index to another partition, and its
-    /// apply removes the old one ([`crate::apply`]).
+    /// apply removes the old one (`crate::apply`).
     pub fn has_added_indexes(&self) -> bool {
         !self.added_keys().is_empty()
     }
 
     /// Marks index fields as hashed (keyed by `HMAC-SHA-256(key, value)`, see
-    /// [`crate::hashed`]) and some of those as redacted (records hold the HMAC instead of
+    /// `crate::hashed`) and some of those as redacted (records hold the HMAC instead of
     /// the value). Errors, naming the field: a hashed field that is not an index field or is
     /// the row-key field (its value is in plaintext in every RowKey, and `row_from`/`row_to`
     /// compare it by range, which a hash cannot keep), a redacted field that is not hashed,
@@ -318,7 +318,7 @@ impl Schema {
         self.hash_key.as_ref().filter(|_| self.hashed.iter().any(|h| h == field))
     }
 
-    /// The form of index value `value` (a string form, [`keys::key_string`]) that keys and
+    /// The form of index value `value` (a string form, `keys::key_string`) that keys and
     /// comparisons use: the value itself, or for a hashed field the hex HMAC of its
     /// lowercased form (a value already in redacted form gives its own hex).
     pub fn key_value(&self, field: &str, value: &str) -> String {
@@ -337,14 +337,14 @@ impl Schema {
         }
     }
 
-    /// The PartitionKey of `field`'s index for `value` ([`keys::partition_key`] of
+    /// The PartitionKey of `field`'s index for `value` (`keys::partition_key` of
     /// [`Schema::key_value`]).
     pub fn partition_key(&self, field: &str, value: &str) -> Result<String> {
         Ok(keys::partition_key(field, &self.key_value(field, value))?)
     }
 
     /// The record as stored: every redacted field with a value holds
-    /// `hmac-sha256:<64 hex>` instead ([`crate::hashed::REDACTED_PREFIX`]). Values that are
+    /// `hmac-sha256:<64 hex>` instead (`crate::hashed::REDACTED_PREFIX`). Values that are
     /// missing, null, empty, objects or arrays are left for [`Schema::record_keys`] to judge.
     pub fn redact(&self, mut record: Record) -> Record {
         let Some(key) = &self.hash_key else { return record };

@@ -1,6 +1,6 @@
 //! `serve`: the whole system in one process. The HTTP API, a queue worker that plays the
 //! part of the Functions `apply` trigger (the same dispatcher and `host.json` policy,
-//! [`crate::dispatch`]: messages are handled concurrently and new ones received as soon as a
+//! `crate::dispatch`: messages are handled concurrently and new ones received as soon as a
 //! slot is free, so the WAL shards are applied in parallel), and a timer that plays the part
 //! of the `sweep` trigger.
 //!
@@ -15,7 +15,8 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use crate::catalog::Catalog;
-use crate::dispatch::{Dispatcher, QueuePolicy, WorkerOptions};
+use crate::dispatch::Dispatcher;
+pub use crate::dispatch::{QueuePolicy, WorkerOptions};
 use crate::error::Result;
 use crate::jobs::JobHandler;
 
@@ -92,7 +93,7 @@ pub async fn shutdown_signal() {
 }
 
 /// Runs the apply queue's dispatcher (the stand-in for the Functions `apply` trigger, with
-/// the `host.json` policy; see [`crate::dispatch`]) until stopped. On stop, the messages in
+/// the `host.json` policy; see `crate::dispatch`) until stopped. On stop, the messages in
 /// flight are finished first.
 pub async fn run_worker(catalog: Arc<Catalog>, opts: ServeOptions, stop: watch::Receiver<bool>) {
     Arc::new(Dispatcher::apply(catalog).with_policy(opts.policy)).run(opts.worker, stop).await

@@ -16,7 +16,7 @@ pub const NAME: &str = "TABLE_CATALOG_NAME";
 pub const INDEX_KEYS: &str = "TABLE_CATALOG_INDEX_KEYS";
 /// Row-key (sort) field setting.
 pub const ROW_KEY: &str = "TABLE_CATALOG_ROW_KEY";
-/// Hashed index fields setting (see [`crate::hashed`]).
+/// Hashed index fields setting (see `crate::hashed`).
 pub const HASHED_KEYS: &str = "TABLE_CATALOG_HASHED_KEYS";
 /// Redacted index fields setting (a subset of [`HASHED_KEYS`]).
 pub const REDACT_KEYS: &str = "TABLE_CATALOG_REDACT_KEYS";

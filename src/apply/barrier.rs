@@ -14,7 +14,7 @@
 //! 3. **seal**: the seal ([`crate::wal::seal`]) of every other shard is raised to the bound;
 //! 4. **check again** with the bound;
 //! 5. **seal the own shard** at F's own effective id, between two checks of it
-//!    ([`Applier::seal_own`]), for every filter entry, also one a page's clearance covers.
+//!    (`Applier::seal_own`), for every filter entry, also one a page's clearance covers.
 //!    The own shard still holds the page's later entries, so it is never sealed past an
 //!    entry still to be applied: a seal left behind by an attempt that stopped (a deadline,
 //!    a lost lease, a crash) covers only entries that became durable after its check.

@@ -11,7 +11,7 @@
 //! ([`WalEntry::resume`]: the RowKey of the last row handled; conditional writes that only
 //! raise it). The next attempt reads the partition after that RowKey, and treats the
 //! identities at or below it as handled when it completes earlier attempts' removals
-//! ([`super::earlier`]). So every attempt moves the resume point forward by a page, and a
+//! (`super::earlier`). So every attempt moves the resume point forward by a page, and a
 //! filter of any size completes in passes of bounded length.
 //!
 //! Why a record at or below the resume point needs nothing more: the point is recorded

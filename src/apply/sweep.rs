@@ -38,7 +38,7 @@ pub struct SweepReport {
     pub tombstones_removed: usize,
     /// Intent markers removed.
     pub markers_removed: usize,
-    /// Clock rows of processes gone for an hour removed (see [`crate::wal::clock::Clock::prune`]).
+    /// Clock rows of processes gone for an hour removed (see `crate::wal::clock::Clock::prune`).
     pub clocks_removed: usize,
     /// Entries in the dead partition.
     pub dead: u64,

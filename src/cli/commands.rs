@@ -8,13 +8,13 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::Value;
-use table_catalog::apply::DrainOutcome;
 use table_catalog::catalog::Catalog;
-use table_catalog::import::{self, Format};
+use table_catalog::cli_support::apply::DrainOutcome;
+use table_catalog::cli_support::import::{self, Format};
+use table_catalog::cli_support::settings;
 use table_catalog::query::Filter;
 use table_catalog::record::Record;
 use table_catalog::server::{self, ServeOptions};
-use table_catalog::settings;
 
 use super::{Cli, Command, FormatArg};
 
@@ -63,7 +63,7 @@ pub async fn run(cli: Cli) -> Result<ExitCode> {
             let opts = ServeOptions {
                 sweep_interval: Duration::from_secs(sweep_interval.max(1)),
                 scan_workers,
-                worker: table_catalog::dispatch::WorkerOptions {
+                worker: table_catalog::cli_support::dispatch::WorkerOptions {
                     lease: Duration::from_secs(queue_lease),
                     ..Default::default()
                 },
@@ -179,7 +179,7 @@ pub async fn run(cli: Cli) -> Result<ExitCode> {
             let lists = [("index_keys", new_index_keys), ("hashed_keys", new_hashed_keys), ("redact_keys", new_redact)];
             for (name, list) in lists {
                 if let Some(list) = list {
-                    params[name] = serde_json::json!(table_catalog::schema::Schema::parse_list(&list));
+                    params[name] = serde_json::json!(table_catalog::cli_support::schema::Schema::parse_list(&list));
                 }
             }
             if let Some(f) = new_row_key {
@@ -247,7 +247,7 @@ async fn import_file(
     no_apply: bool,
     mut acks: Acks,
 ) -> Result<import::Summary> {
-    let started = table_catalog::env::now();
+    let started = table_catalog::cli_support::env::now();
     let format = format.unwrap_or_else(|| Format::from_path(file));
     let mut rows = import::RowStream::open(file, format, &catalog.schema());
     let bar = ProgressBar::new_spinner();
@@ -289,16 +289,16 @@ async fn import_file(
     let summary = summary?;
     let mut applied_note = "logged; apply pending (run `serve` or `recover`)".to_string();
     if !no_apply {
-        let deadline = table_catalog::env::now() + Duration::from_secs(600);
+        let deadline = table_catalog::cli_support::env::now() + Duration::from_secs(600);
         loop {
             catalog.recover().await?;
             if catalog.status().await?.pending == 0 {
                 break;
             }
-            if table_catalog::env::now() > deadline {
+            if table_catalog::cli_support::env::now() > deadline {
                 bail!("the WAL did not drain within 10 minutes; another applier may be stuck (see `status`)");
             }
-            table_catalog::env::sleep(Duration::from_millis(200)).await;
+            table_catalog::cli_support::env::sleep(Duration::from_millis(200)).await;
         }
         applied_note = "applied to every index".to_string();
     }

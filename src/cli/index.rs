@@ -10,9 +10,9 @@ use std::time::Duration;
 use anyhow::{bail, Result};
 use clap::Subcommand;
 use table_catalog::catalog::Catalog;
+use table_catalog::cli_support::wal::{ShardId, WalId};
 use table_catalog::indexes::{self, IndexChange};
 use table_catalog::jobs::{JobId, JobState, Jobs};
-use table_catalog::wal::{ShardId, WalId};
 
 /// `index` subcommands.
 #[derive(Debug, Subcommand)]
@@ -84,7 +84,7 @@ async fn wait_applied(catalog: &Catalog, change: &IndexChange) -> Result<()> {
             Ok(_) => return Ok(()),
             Err(table_catalog::Error::Timeout(_)) => {
                 eprintln!("waiting for every applier to use schema version {} ...", change.version);
-                table_catalog::env::sleep(Duration::from_millis(500)).await;
+                table_catalog::cli_support::env::sleep(Duration::from_millis(500)).await;
             }
             Err(e) => return Err(e.into()),
         }

@@ -56,7 +56,7 @@ pub enum JobsAction {
         #[arg(value_parser = clap::builder::PossibleValuesParser::new(STARTABLE))]
         kind: String,
         /// Entities per scan query (1-1000).
-        #[arg(long, default_value_t = table_catalog::scan::MAX_SEGMENT)]
+        #[arg(long, default_value_t = table_catalog::cli_support::scan::MAX_SEGMENT)]
         segment: usize,
     },
     /// Re-enqueue the outstanding work items of a running job (after a lost enqueue).
@@ -133,7 +133,7 @@ pub(super) async fn follow(catalog: &Arc<Catalog>, jobs: &Jobs, id: &JobId, para
             .unwrap_or_else(|_| ProgressStyle::default_spinner()),
     );
     bar.enable_steady_tick(Duration::from_millis(200));
-    let started = table_catalog::env::now();
+    let started = table_catalog::cli_support::env::now();
     let job = loop {
         let job = jobs.get(id).await?;
         let rows = job.counters.get("rows").copied().unwrap_or(0);
@@ -151,7 +151,7 @@ pub(super) async fn follow(catalog: &Arc<Catalog>, jobs: &Jobs, id: &JobId, para
         if job.state.is_final() {
             break job;
         }
-        table_catalog::env::sleep(Duration::from_millis(500)).await;
+        table_catalog::cli_support::env::sleep(Duration::from_millis(500)).await;
     };
     bar.finish_and_clear();
     let _ = stop_tx.send(true);
@@ -271,7 +271,8 @@ pub async fn rebuild(catalog: Arc<Catalog>, params: serde_json::Value, parallel:
     let target = table_catalog::jobs::rebuild::Rebuild::new(catalog.clone()).target(&params).await?;
     let applied = target.recover().await?.applied();
     let report =
-        table_catalog::verify::verify(target.store().as_ref(), &target.names().table, &target.schema()).await?;
+        table_catalog::cli_support::verify::verify(target.store().as_ref(), &target.names().table, &target.schema())
+            .await?;
     let out = json!({
         "job": job.id,
         "into": target.names().table,

@@ -14,11 +14,11 @@ use std::process::ExitCode;
 
 use anyhow::Result;
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use table_catalog::cli_support::schema::Schema;
+use table_catalog::cli_support::settings;
+use table_catalog::cli_support::wal::shard::{DEFAULT_SHARDS, MAX_SHARDS};
 use table_catalog::config::{Backend, Config};
-use table_catalog::schema::Schema;
-use table_catalog::settings;
 use table_catalog::store::local::Durability;
-use table_catalog::wal::shard::{DEFAULT_SHARDS, MAX_SHARDS};
 
 /// TableCatalog: look records up by any of their identifiers, on Azure Table Storage or an
 /// embedded store, with crash-safe multi-index writes.
@@ -96,13 +96,13 @@ fn parse_shards(value: &str) -> std::result::Result<u16, String> {
         .trim()
         .parse()
         .map_err(|_| format!("{}: '{value}' is not a number of WAL shards (1..={MAX_SHARDS})", settings::WAL_SHARDS))?;
-    table_catalog::wal::shard::check_count(settings::WAL_SHARDS, n).map_err(|e| e.to_string())
+    table_catalog::cli_support::wal::shard::check_count(settings::WAL_SHARDS, n).map_err(|e| e.to_string())
 }
 
 /// Parses a scan segment (1..=1000 entities per query), naming the flag and the limit on
 /// error.
 fn parse_segment(value: &str) -> std::result::Result<usize, String> {
-    let max = table_catalog::scan::MAX_SEGMENT;
+    let max = table_catalog::cli_support::scan::MAX_SEGMENT;
     match value.trim().parse::<usize>() {
         Ok(n) if (1..=max).contains(&n) => Ok(n),
         _ => Err(format!("--segment: '{value}' is not a number of entities per query (1..={max})")),
@@ -147,7 +147,7 @@ pub enum Command {
         #[arg(long)]
         file: PathBuf,
         /// Records per WAL append.
-        #[arg(long, default_value_t = table_catalog::import::DEFAULT_BATCH)]
+        #[arg(long, default_value_t = table_catalog::cli_support::import::DEFAULT_BATCH)]
         batch: usize,
         /// Input format [default: from the file extension].
         #[arg(long, value_enum)]
@@ -247,7 +247,7 @@ pub enum Command {
         #[arg(long)]
         output: Option<PathBuf>,
         /// Entities per scan query (1-1000).
-        #[arg(long, default_value_t = table_catalog::scan::MAX_SEGMENT, value_parser = parse_segment)]
+        #[arg(long, default_value_t = table_catalog::cli_support::scan::MAX_SEGMENT, value_parser = parse_segment)]
         segment: usize,
     },
     /// Copy every record into a new catalog with another schema, as a job: change the row
@@ -271,7 +271,7 @@ pub enum Command {
         #[arg(long = "new-redact")]
         new_redact: Option<String>,
         /// Entities per scan query (1-1000).
-        #[arg(long, default_value_t = table_catalog::scan::MAX_SEGMENT)]
+        #[arg(long, default_value_t = table_catalog::cli_support::scan::MAX_SEGMENT)]
         segment: usize,
         /// Workers in this process (serve and Functions workers may join).
         #[arg(long, default_value_t = 4)]
@@ -331,7 +331,7 @@ pub enum WalAction {
 #[derive(Debug, Clone, Args)]
 pub struct ScanArgs {
     /// Entities per scan query (1-1000).
-    #[arg(long, default_value_t = table_catalog::scan::MAX_SEGMENT, value_parser = parse_segment)]
+    #[arg(long, default_value_t = table_catalog::cli_support::scan::MAX_SEGMENT, value_parser = parse_segment)]
     pub segment: usize,
     /// Rows checked at once (each reads at most one row per index field).
     #[arg(long, default_value_t = 16)]

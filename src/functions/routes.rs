@@ -5,7 +5,7 @@
 //! Failure semantics (docs/FUNCTIONS.md): a non-2xx answer fails the invocation, so the host
 //! makes the message visible again and retries it, and after `maxDequeueCount` deliveries
 //! copies it to `{queue}-poison`. A transient failure therefore answers 500. A message that can
-//! never succeed is put on the poison queue by the dispatcher ([`crate::dispatch`], the same
+//! never succeed is put on the poison queue by the dispatcher (`crate::dispatch`, the same
 //! one `serve` runs), with its reason, and answered 200 so the host does not retry it.
 
 use std::sync::Arc;

@@ -27,7 +27,7 @@
 //!
 //! A replace or delete by filter writes a row for every identity its filter matched (record
 //! absent) and, for a replace, one for the new record. The rows are written by the apply path
-//! ([`crate::apply`]), after the change's catalog rows and before its group is checkpointed;
+//! (`crate::apply`), after the change's catalog rows and before its group is checkpointed;
 //! see docs/ARCHITECTURE.md, "History", for the idempotence argument and the cost.
 
 pub mod read;
@@ -40,7 +40,7 @@ use crate::record::Record;
 use crate::settings;
 use crate::store::{Entity, Value};
 use crate::wal::entry::{chunks, join_chunks};
-use crate::wal::{Op, WalId};
+use crate::wal::WalId;
 
 /// Whether history is kept when `TABLE_CATALOG_HISTORY` is unset: off, because it costs one
 /// more storage request per record per apply group and keeps every past version of a record
@@ -130,17 +130,6 @@ pub enum ChangeOp {
 }
 
 impl ChangeOp {
-    /// The operation of a WAL entry; `None` for a schema change or a stray row's removal,
-    /// which change no record.
-    pub fn of(op: &Op) -> Option<ChangeOp> {
-        match op {
-            Op::Upsert { .. } => Some(ChangeOp::Upsert),
-            Op::Replace { .. } => Some(ChangeOp::Replace),
-            Op::Delete { .. } => Some(ChangeOp::Delete),
-            Op::Schema { .. } | Op::RemoveRow { .. } => None,
-        }
-    }
-
     /// The stored name.
     pub fn as_str(self) -> &'static str {
         match self {

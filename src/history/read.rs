@@ -83,7 +83,7 @@ async fn read_identity<S: TableStore + ?Sized>(
 }
 
 /// Up to `limit` (1..=1,000) changes of `identities`, newest first, after `continuation`.
-/// Cost: one query per identity per page (concurrently, [`PARALLEL`] at a time).
+/// Cost: one query per identity per page (concurrently, `PARALLEL` at a time).
 pub async fn page<S: TableStore + ?Sized>(
     store: &S,
     table: &str,

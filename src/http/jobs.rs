@@ -1,4 +1,4 @@
-//! Job and export routes (see [`crate::jobs`], [`crate::export`]):
+//! Job and export routes (see [`crate::jobs`], `crate::export`):
 //!
 //! | route | does |
 //! |---|---|

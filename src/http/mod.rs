@@ -13,7 +13,7 @@
 //! | `GET /api/wal/dead[?limit&continuation]` | dead entries with the reason each died |
 //! | `POST /api/wal/dead/redrive[?id=ID]` | move one dead entry (or all) back to pending |
 //! | `GET /api/health`, `GET /api/status` | liveness; pending / oldest age / checkpoint / poison |
-//! | `GET /api/metrics` | operator metrics, Prometheus text ([`crate::metrics`]) |
+//! | `GET /api/metrics` | operator metrics, Prometheus text (`crate::metrics`) |
 //! | `/api/jobs...`, `GET /api/export` | whole-table jobs and the export ([`jobs`]) |
 //!
 //! Errors are `{"error": {"code", "message"}}`, unknown routes (404 `no_route`) and wrong

@@ -16,7 +16,7 @@ pub struct JobHandler(pub Arc<Jobs>);
 impl JobHandler {
     /// The dispatcher of `catalog`'s scan queue (`{queue}-scan`, poison
     /// `{queue}-scan-poison`), running the catalog's job kinds ([`Jobs::for_catalog`]).
-    pub fn dispatcher(catalog: Arc<Catalog>) -> Dispatcher {
+    pub(crate) fn dispatcher(catalog: Arc<Catalog>) -> Dispatcher {
         let names = catalog.names().clone();
         let handler = Arc::new(JobHandler(Arc::new(Jobs::for_catalog(catalog.clone()))));
         Dispatcher::new(catalog.store().clone(), names.scan_queue, names.scan_poison_queue, handler)

@@ -1,17 +1,17 @@
 //! The jobs of online index changes ([`crate::indexes`]): `backfill` adds the rows of an
 //! added index to every existing record; `drop-index` removes the rows of a dropped one.
 //! Neither is started by hand: the apply of the change's WAL entry starts it, once every
-//! applier uses the new schema ([`crate::apply::schema_change`]), under the id
+//! applier uses the new schema (`crate::apply::schema_change`), under the id
 //! [`super::JobId::for_wal`] of that entry.
 //!
 //! Parameters: `field` (the index), `version` (the schema version of the change), and
 //! `segment` (entities per scan query, 1..=1,000, default 1,000).
 //!
-//! **Backfill** scans the whole catalog table (the prefix scan of [`crate::scan`]). Each live
+//! **Backfill** scans the whole catalog table (the prefix scan of `crate::scan`). Each live
 //! row that is its record's owner row (the row of the record's first identity field with a
 //! value, so each record is handled once) gives the record's row of the new index, written
 //! with the owner row's WAL id through the apply engine's fenced write
-//! (`Applier::write_rows`, [`crate::apply`]): like any apply, it never replaces a row written
+//! (`Applier::write_rows`, `crate::apply`): like any apply, it never replaces a row written
 //! by a newer entry, nor a tombstone. So a record updated or deleted while the backfill runs
 //! ends in the state of its newest entry, whichever of the two writes lands first. When every
 //! work item is done, the index turns `active`.
@@ -94,7 +94,7 @@ fn field_name<'de, D: Deserializer<'de>>(d: D) -> std::result::Result<String, D:
 }
 
 /// The PartitionKey prefix every row of index `field` starts with (`{n}_{field}`, as
-/// [`crate::keys::partition_key`] builds it).
+/// `crate::keys::partition_key` builds it).
 pub fn partition_prefix(field: &str) -> String {
     let lower = field.to_lowercase();
     crate::keys::escape_key(&format!("{}_{lower}", lower.chars().count()))

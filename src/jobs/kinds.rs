@@ -1,7 +1,7 @@
-//! The job kinds over the prefix scan ([`crate::scan`]): each work item is one scan step
+//! The job kinds over the prefix scan (`crate::scan`): each work item is one scan step
 //! (one query of at most `segment` entities); its rows are checked on their own
-//! ([`crate::verify::check_row`]) and, for `repair`, each disagreeing record's latest state is
-//! re-logged through the WAL ([`crate::repair::apply_fix`]).
+//! (`crate::verify::check_row`) and, for `repair`, each disagreeing record's latest state is
+//! re-logged through the WAL (`crate::repair::apply_fix`).
 //!
 //! Parameters (`POST /api/jobs` body `{"kind": "verify", "params": {...}}`):
 //! - `segment`: entities per scan query, 1..=1,000 (default 1,000, Azure's page size).

@@ -9,7 +9,7 @@
 //!
 //! A job is a durable record in the WAL table ([`rows`]). Its work items are queue messages
 //! on the scan queue (`{queue}-scan`): `{"v":1,"job":ID,"step":{...}}`, Base64 like every
-//! message of the app, dispatched by [`crate::dispatch`] with the `host.json` policy.
+//! message of the app, dispatched by `crate::dispatch` with the `host.json` policy.
 //!
 //! The protocol, per work item (at-least-once delivery, any number of workers):
 //! 1. Drop it if the job is final (done, failed, cancelled) or the item is no longer

@@ -2,7 +2,7 @@
 //! another schema, through that catalog's WAL, one scan step per work item. What it is for:
 //! - changing the row key (the sort field), which rewrites every RowKey;
 //! - rotating the secret of hashed index fields, which rewrites every hashed PartitionKey and
-//!   every RowKey fingerprint ([`crate::hashed`]);
+//!   every RowKey fingerprint (`crate::hashed`);
 //! - adding, dropping, hashing or un-hashing index fields in one pass.
 //!
 //! Parameters (`{"kind": "rebuild", "params": {...}}`):
@@ -11,7 +11,7 @@
 //!   absent one is the source's;
 //! - `segment` (optional): entities per scan query, 1..=1,000.
 //!
-//! The new catalog's hash secret is [`crate::settings::REBUILD_HASH_KEY`] when set (a key
+//! The new catalog's hash secret is `crate::settings::REBUILD_HASH_KEY` when set (a key
 //! rotation), else the source's; every worker must see the same value (opening the new
 //! catalog with another key fails, like any catalog). A redacted field cannot be re-keyed: the
 //! source holds only its HMAC, not the value; the job refuses to start then.

@@ -9,7 +9,7 @@
 //! Semantics follow the Azure Table service REST API
 //! (learn.microsoft.com/rest/api/storageservices/, "Understanding the Table service data model",
 //! "Query timeout and pagination", "Performing entity group transactions"):
-//! - entities are addressed by (PartitionKey, RowKey); keys are validated by [`crate::keys`]
+//! - entities are addressed by (PartitionKey, RowKey); keys are validated by `crate::keys`
 //!   before they reach a backend, so backends may assume valid keys;
 //! - every write returns a new opaque [`ETag`]; conditional writes compare it;
 //! - partition queries return at most [`MAX_PAGE`] entities in RowKey order plus a continuation
@@ -255,7 +255,7 @@ pub trait TableStore: Send + Sync {
     /// page without a token. A page may be short, or empty, and still carry a token (Azure
     /// stops a cross-partition query at partition-server boundaries and after 5 s: "Query
     /// timeout and pagination"); follow tokens until a page has none. Cost on Azure: one
-    /// request per page, `$filter` on PartitionKey only (the prefix scanner, [`crate::scan`],
+    /// request per page, `$filter` on PartitionKey only (the prefix scanner, `crate::scan`,
     /// builds on it: seed 004).
     async fn query_partitions(
         &self,

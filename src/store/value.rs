@@ -72,9 +72,9 @@ pub type Properties = BTreeMap<String, Value>;
 /// One table entity.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct Entity {
-    /// PartitionKey (validated by [`crate::keys`]).
+    /// PartitionKey (validated by `crate::keys`).
     pub partition_key: String,
-    /// RowKey (validated by [`crate::keys`]).
+    /// RowKey (validated by `crate::keys`).
     pub row_key: String,
     /// The version the service returned; `None` on entities built for writing.
     pub etag: Option<ETag>,
@@ -150,9 +150,9 @@ fn check_property_name(name: &str) -> StoreResult<()> {
 /// checked before I/O because Azurite enforces only some of them (more than 252 properties
 /// and 1 MiB entities pass on insert there, Azurite#1446).
 ///
-/// Keys: no character Azure forbids ([`crate::keys::is_forbidden_key_char`]: `/ \ # ?` and
+/// Keys: no character Azure forbids (`crate::keys::is_forbidden_key_char`: `/ \ # ?` and
 /// control characters; Azurite answers 400 InvalidInput, or 500 for `/`) and at most
-/// [`crate::keys::MAX_KEY_UTF16`] UTF-16 code units each (Azurite's cap).
+/// `crate::keys::MAX_KEY_UTF16` UTF-16 code units each (Azurite's cap).
 pub fn check_entity(entity: &Entity) -> StoreResult<()> {
     for (what, key) in [("PartitionKey", &entity.partition_key), ("RowKey", &entity.row_key)] {
         if let Some(c) = key.chars().find(|c| crate::keys::is_forbidden_key_char(*c)) {

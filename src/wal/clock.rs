@@ -116,7 +116,7 @@ pub struct ClockRead {
 /// each [`Clock::read`] sees whose publication is on top (the latest round of any process),
 /// and the share is the moving average (over about [`WriteShare::WINDOW`] reads) of how
 /// often it was this process's own. One process alone: 1; N processes writing at the same
-/// rate: about 1/N. Starts at 1. The hinter ([`crate::hinter`]) spaces its hints by it, so
+/// rate: about 1/N. Starts at 1. The hinter (`crate::hinter`) spaces its hints by it, so
 /// the hints of all processes together stay at one per shard per gap however many
 /// processes write, and the appender bounds its rounds in flight by it
 /// ([`super::append::rounds_for`]), so the catalog's rounds in flight stay about those of

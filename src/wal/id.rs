@@ -35,7 +35,7 @@ impl WalId {
         Some(WalId(s.to_string()))
     }
 
-    /// The effective id of an entry logged late ([`super::seal`]): `{seal}+{position}`, where
+    /// The effective id of an entry logged late (`super::seal`): `{seal}+{position}`, where
     /// `position` is the entry's own id. It sorts just after `seal` (and after every other
     /// id stamped with the same seal and a smaller position) and before every id larger
     /// than `seal` that is not itself stamped with it, because plain ids have one fixed

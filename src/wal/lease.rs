@@ -12,7 +12,7 @@
 //! schema and renews with the new `sv`.
 //!
 //! A lease can still expire while its holder works (a long pause, a slow clock). That is
-//! safe: catalog rows are fenced by WAL id (see [`crate::apply`]), so a stale holder cannot
+//! safe: catalog rows are fenced by WAL id (see `crate::apply`), so a stale holder cannot
 //! undo newer work. The holder stops writing once its lease is past 3/4 of its duration by
 //! its own monotonic clock and cannot be renewed.
 

@@ -83,14 +83,14 @@ pub struct WalOptions {
     /// Offset added to this process's clock when allocating WAL ids, in microseconds (0 in
     /// production; the reliability tests skew writers' clocks with it).
     pub clock_skew_us: i64,
-    /// WAL shards new entries are spread over (1..=[`shard::MAX_SHARDS`]): each has its own
+    /// WAL shards new entries are spread over (1..=`shard::MAX_SHARDS`): each has its own
     /// WAL partition, lease and checkpoint, and its own applier. A catalog remembers the
     /// largest count it was ever opened with, and appliers, the sweeper and `status` cover
     /// that many.
     pub shards: u16,
     /// Rows per page when a replace or delete reads its filter's partition (1..=1,000, the
     /// service's page limit; default 1,000). A filter entry past its pass's deadline stops
-    /// between two such pages ([`crate::apply::filter`]); tests and the simulator make them
+    /// between two such pages (`crate::apply::filter`); tests and the simulator make them
     /// small so filters span many pages.
     pub filter_page: usize,
 }

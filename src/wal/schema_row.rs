@@ -19,7 +19,7 @@
 //! (one from before it) is healed by the next open ([`needs_healing`]). This build refuses a
 //! row whose `format` is above [`SCHEMA_FORMAT`] (written by a newer release it does not
 //! understand), and every later release checks the same. A catalog with hashed
-//! index fields ([`crate::hashed`]) also has `hashed` and `redact` (comma lists) and
+//! index fields (`crate::hashed`) also has `hashed` and `redact` (comma lists) and
 //! `hash_key_id` (8 hex digits of SHA-256 of the secret, never the secret). A row without
 //! them, as every catalog from before hashed keys has, means no field is hashed, so the rows
 //! of plaintext catalogs are unchanged.

@@ -37,7 +37,7 @@ pub const DEFAULT_SHARDS: u16 = 4;
 /// RowKey of the shard count row in the `metadata` partition.
 pub const COUNT_ROW: &str = "shards";
 
-/// One WAL shard (0..[`MAX_SHARDS`]).
+/// One WAL shard (0..`MAX_SHARDS`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct ShardId(u16);
 

@@ -12,10 +12,10 @@ use std::sync::Arc;
 
 use table_catalog::catalog::{Catalog, CatalogOptions};
 use table_catalog::config::Names;
-use table_catalog::schema::Schema;
 use table_catalog::store::azure::AzureStore;
 use table_catalog::store::local::LocalStore;
 use table_catalog::store::Store;
+use table_catalog::testing::schema::Schema;
 
 /// A storage backend under test.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -60,8 +60,8 @@ pub fn mem_store() -> Arc<dyn Store> {
 /// runtime), so a wait for a lease to expire takes no real time; randomness from a fixed
 /// seed. Only with [`mem_store`]: the embedded store answers from a thread of its own, and
 /// paused time would run ahead while the runtime waits for it ([`Backend::Simulated`]).
-pub fn simulated() -> table_catalog::env::Simulated {
-    table_catalog::env::simulate(1, 1_798_761_600_000_000)
+pub fn simulated() -> table_catalog::testing::env::Simulated {
+    table_catalog::testing::env::simulate(1, 1_798_761_600_000_000)
 }
 
 /// [`Backend::Azurite`] when the run has it (else the running test's Azurite variant is

@@ -21,6 +21,7 @@
 #![cfg(feature = "testing")]
 
 use crate::common;
+use table_catalog::testing::CatalogInternals;
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -28,18 +29,18 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::json;
-use table_catalog::apply::DrainOutcome;
 use table_catalog::catalog::{Catalog, CatalogOptions, Written};
 use table_catalog::config::Names;
-use table_catalog::faults;
 use table_catalog::query::Filter;
 use table_catalog::record::Record;
 use table_catalog::store::fault::{Fault, FaultStore, Gate, OpKind, Rule, Trigger};
 use table_catalog::store::layer::LayeredStore;
 use table_catalog::store::local::LocalStore;
 use table_catalog::store::Store;
-use table_catalog::verify;
-use table_catalog::wal::{ShardId, WalId};
+use table_catalog::testing::apply::DrainOutcome;
+use table_catalog::testing::faults;
+use table_catalog::testing::verify;
+use table_catalog::testing::wal::{ShardId, WalId};
 
 /// One scenario at a time (the crash-point hook is global).
 use crate::TURN;
@@ -213,8 +214,11 @@ async fn frozen_shard(backend: common::Backend, thaw: bool) {
 
     // Y applies shard 0 for a second: the delete waits for shard 3 (held by X) and stays
     // pending; nothing it would delete is gone.
-    let out =
-        y.applier().apply_shard_by(ShardId::ZERO, table_catalog::env::now() + Duration::from_secs(1)).await.unwrap();
+    let out = y
+        .applier()
+        .apply_shard_by(ShardId::ZERO, table_catalog::testing::env::now() + Duration::from_secs(1))
+        .await
+        .unwrap();
     assert!(matches!(out, DrainOutcome::Partial { .. }), "{label}: shard 0 stops at the barrier: {out:?}");
     assert!(y.wal().is_pending(ShardId::ZERO, &id(&del)).await.unwrap(), "{label}: the delete is still pending");
     assert!(y.wal().is_pending(ShardId::new(3).unwrap(), &id(&up)).await.unwrap(), "{label}: C is still pending");

@@ -22,13 +22,13 @@ use std::time::Duration;
 use serde_json::{json, Value};
 use table_catalog::catalog::{Catalog, CatalogOptions};
 use table_catalog::config::Names;
-use table_catalog::faults;
 use table_catalog::query::Filter;
 use table_catalog::record::Record;
 use table_catalog::store::fault::{unavailable, Fault, FaultStore, OpKind, Rule, Trigger};
 use table_catalog::store::Store;
-use table_catalog::verify;
-use table_catalog::wal::ShardId;
+use table_catalog::testing::faults;
+use table_catalog::testing::verify;
+use table_catalog::testing::wal::ShardId;
 
 #[derive(Debug, Clone, Copy)]
 enum Write {

@@ -8,6 +8,7 @@
 #![cfg(feature = "testing")]
 
 use crate::common;
+use table_catalog::testing::CatalogInternals;
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -16,10 +17,10 @@ use std::sync::Arc;
 use futures::TryStreamExt;
 use table_catalog::catalog::{Catalog, CatalogOptions};
 use table_catalog::config::Names;
-use table_catalog::faults;
 use table_catalog::history::{HistoryEntry, HistoryOptions};
 use table_catalog::record::Record;
 use table_catalog::store::{pager, Store};
+use table_catalog::testing::faults;
 
 use common::history_fixtures::{f, jfk, lga};
 

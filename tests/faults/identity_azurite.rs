@@ -166,7 +166,7 @@ async fn serve_works_with_a_managed_identity_only() {
     let store = AzureStore::from_identity(connection, fake.credential(Some(CLIENT_ID)));
     let intent = json!({"v": 1, "op": "insert", "record":
         {"icao": "KSFO", "iata": "SFO", "lid": "SFO", "name": "San Francisco International Airport"}});
-    let text = table_catalog::messages::encode(&intent.to_string());
+    let text = table_catalog::testing::messages::encode(&intent.to_string());
     store.put_message(&queue, &text, Duration::ZERO).await.expect("put the intent with a token");
     let found = common::wait_for("the intent is applied", || async {
         let found: Value = client.get(format!("{base}/api/records?iata=SFO")).send().await.ok()?.json().await.ok()?;

@@ -15,14 +15,14 @@ use std::time::Duration;
 
 use serde_json::json;
 use table_catalog::catalog::{Catalog, CatalogOptions};
-use table_catalog::faults;
-use table_catalog::import::{self, Format};
 use table_catalog::indexes;
 use table_catalog::jobs::{JobKind, Jobs};
 use table_catalog::query::Filter;
 use table_catalog::record::Record;
-use table_catalog::schema::IndexState;
 use table_catalog::server::ServeOptions;
+use table_catalog::testing::faults;
+use table_catalog::testing::import::{self, Format};
+use table_catalog::testing::schema::IndexState;
 
 fn airports(n: usize) -> Vec<Record> {
     let rows = import::read_file(&common::airports_csv(), Format::Csv, &common::airports_schema()).unwrap();
@@ -88,8 +88,9 @@ async fn an_index_change_stopped_at_any_point_completes_when_run_again() {
             let nl = again.query_all(&Filter::new(vec![("country".into(), "NL".into())])).await.unwrap();
             assert_eq!(nl.len(), records.iter().filter(|r| r["country"] == "NL").count(), "{label}");
             let schema = again.schema();
-            let report =
-                table_catalog::verify::verify(again.store().as_ref(), &again.names().table, &schema).await.unwrap();
+            let report = table_catalog::testing::verify::verify(again.store().as_ref(), &again.names().table, &schema)
+                .await
+                .unwrap();
             assert_eq!(report.total_findings(), 0, "{label}: {:?}", report.findings);
             tokio::time::sleep(Duration::from_millis(10)).await;
         }

@@ -13,14 +13,14 @@ use futures::TryStreamExt;
 use serde_json::json;
 use table_catalog::catalog::{Catalog, CatalogOptions};
 use table_catalog::config::Names;
-use table_catalog::hashed::HashKey;
 use table_catalog::jobs::rebuild::Rebuild;
 use table_catalog::jobs::{JobKind, JobState, Jobs};
 use table_catalog::query::Filter;
 use table_catalog::record::Record;
-use table_catalog::schema::Schema;
 use table_catalog::store::pager;
-use table_catalog::{settings, verify};
+use table_catalog::testing::hashed::HashKey;
+use table_catalog::testing::schema::Schema;
+use table_catalog::testing::{settings, verify};
 
 const OLD_KEY: &str = "0000000000000000000000000000000000000000000000000000000000000001";
 const NEW_KEY: &str = "00000000000000000000000000000000000000000000000000000000000000ff";

@@ -7,7 +7,7 @@
 //! latency, freezes longer than the lease, WAL entries logged late) and with its own skewed
 //! clock; each runs a queue worker and a sweeper, so several appliers race. After quiescence
 //! the whole table is checked:
-//! - convergence: every record's index rows agree ([`table_catalog::verify`]);
+//! - convergence: every record's index rows agree ([`table_catalog::testing::verify`]);
 //! - linearizability, per record identity ([`linearizable`]): some order of the operations
 //!   touching the record, consistent with real time (an operation acknowledged before another
 //!   was issued comes first; a failed one may take effect any time after it was issued, or
@@ -82,6 +82,7 @@
 #![cfg(feature = "testing")]
 
 use crate::common;
+use table_catalog::testing::CatalogInternals;
 #[path = "checker/indexes.rs"]
 mod index_changes;
 use crate::linearizable;
@@ -91,7 +92,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use table_catalog::keys::partition_field;
+use table_catalog::testing::keys::partition_field;
 
 use futures::TryStreamExt;
 use rand::rngs::StdRng;
@@ -100,19 +101,19 @@ use serde_json::json;
 use table_catalog::catalog::MessageOutcome;
 use table_catalog::catalog::{Catalog, CatalogOptions};
 use table_catalog::config::Names;
-use table_catalog::dispatch::{QueuePolicy, WorkerOptions};
 use table_catalog::history::{HistoryEntry, HistoryOptions};
-use table_catalog::import::{read_file, Format};
-use table_catalog::messages;
 use table_catalog::query::Filter;
 use table_catalog::record::{Record, RowMeta};
-use table_catalog::schema::Schema;
 use table_catalog::server::{self, ServeOptions};
 use table_catalog::store::fault::{unavailable, Fault, FaultStore, Gate, OpKind, Rule, Trigger};
 use table_catalog::store::{Entity, Store};
-use table_catalog::verify;
-use table_catalog::wal::id::{format_micros, now_micros};
-use table_catalog::wal::ShardId;
+use table_catalog::testing::dispatch::{QueuePolicy, WorkerOptions};
+use table_catalog::testing::import::{read_file, Format};
+use table_catalog::testing::messages;
+use table_catalog::testing::schema::Schema;
+use table_catalog::testing::verify;
+use table_catalog::testing::wal::id::{format_micros, now_micros};
+use table_catalog::testing::wal::ShardId;
 
 use linearizable::{Action, Event, Expect, Verdict};
 
@@ -1005,7 +1006,7 @@ async fn check(backend: common::Backend, run: Run) {
     assert_eq!((status.pending, status.poison), (0, 0), "seed {seed} shards {shards}: {status:?}");
     // Nothing dead: every entry here is valid when logged, so a dead one is a lost write
     // (reported with the rest, so that a run shows every kind of violation it met).
-    let dead: Vec<table_catalog::wal::DeadEntry> = c0.dead_entries().try_collect().await.unwrap();
+    let dead: Vec<table_catalog::testing::wal::DeadEntry> = c0.dead_entries().try_collect().await.unwrap();
     assert_eq!(dead.len() as u64, status.dead, "seed {seed} shards {shards}: dead entries listed");
 
     // Convergence, under the final schema (with the indexes added and not dropped).
@@ -1264,7 +1265,7 @@ fn check_records(
         rows.sort_by(|a, b| b.row_key.cmp(&a.row_key));
         let mut foreign = Vec::new();
         for h in &rows {
-            let id = table_catalog::wal::id::entry_of(&h.wal_id);
+            let id = table_catalog::testing::wal::id::entry_of(&h.wal_id);
             let mine = events.iter().any(|e| e.wal_id.as_deref() == Some(id));
             if let (Some(op), false) = (by_id.get(id), mine) {
                 foreign.push(format!(
@@ -1278,7 +1279,7 @@ fn check_records(
         let rows: Vec<linearizable::Row> = rows
             .iter()
             .map(|h| linearizable::Row {
-                wal_id: table_catalog::wal::id::entry_of(&h.wal_id).to_string(),
+                wal_id: table_catalog::testing::wal::id::entry_of(&h.wal_id).to_string(),
                 record: h.record.clone(),
             })
             .collect();
@@ -1328,8 +1329,8 @@ fn check_records(
 async fn resolve_intents(c: &Catalog, names: &Names, history: &mut [Op]) {
     for op in history.iter_mut().filter(|o| o.acked && o.wal_id.is_none()) {
         let Some(message) = &op.message else { continue };
-        let key = table_catalog::wal::intent_marker_key(message);
-        let marker = c.store().get(&names.wal_table, table_catalog::wal::SHARD, &key).await.unwrap();
+        let key = table_catalog::testing::wal::intent_marker_key(message);
+        let marker = c.store().get(&names.wal_table, table_catalog::testing::wal::SHARD, &key).await.unwrap();
         op.wal_id = marker.and_then(|m| m.str("id").map(str::to_string));
     }
 }

@@ -4,7 +4,7 @@
 //! and scan worker, as Functions instances would run them) and four clients share one
 //! in-memory store ([`MemStore`]) behind the simulated-Azure latency and 503 model
 //! ([`SimAzureStore`]) and a fault injector per instance ([`FaultStore`]), all on one thread
-//! with tokio's paused clock and the environment seeded ([`table_catalog::env::simulate`]).
+//! with tokio's paused clock and the environment seeded ([`table_catalog::testing::env::simulate`]).
 //! Nothing reads real time or the operating system's randomness, so a seed replays exactly,
 //! on any machine; [`Outcome::digest`] (MD5 of the client history, the catalog and the
 //! history table) shows it.
@@ -37,6 +37,7 @@
 #![cfg(feature = "testing")]
 
 use crate::linearizable;
+use table_catalog::testing::CatalogInternals;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -48,18 +49,19 @@ use rand::{Rng, SeedableRng};
 use serde_json::json;
 use table_catalog::catalog::{Catalog, CatalogOptions};
 use table_catalog::config::Names;
-use table_catalog::env;
 use table_catalog::history::{HistoryEntry, HistoryOptions};
+use table_catalog::indexes;
 use table_catalog::query::Filter;
 use table_catalog::record::Record;
-use table_catalog::schema::Schema;
 use table_catalog::server::{self, ServeOptions};
 use table_catalog::store::fault::{unavailable, Fault, FaultStore, OpKind, Rule, Trigger};
 use table_catalog::store::mem::MemStore;
 use table_catalog::store::sim::{SimAzureStore, SimOptions};
 use table_catalog::store::Store;
-use table_catalog::wal::clock::CLOCK;
-use table_catalog::{indexes, messages, verify};
+use table_catalog::testing::env;
+use table_catalog::testing::schema::Schema;
+use table_catalog::testing::wal::clock::CLOCK;
+use table_catalog::testing::{messages, verify};
 
 use linearizable::{Action, Event, Expect, Row, Verdict};
 
@@ -456,7 +458,7 @@ async fn linearizability(world: &World) -> Vec<String> {
     let identity_rows: Vec<_> = rows
         .into_iter()
         .filter(|e| {
-            let field = table_catalog::keys::partition_field(&e.partition_key);
+            let field = table_catalog::testing::keys::partition_field(&e.partition_key);
             world.schema.identity_keys().iter().any(|k| field.as_deref() == Some(k.as_str()))
         })
         .collect();
@@ -467,7 +469,7 @@ async fn linearizability(world: &World) -> Vec<String> {
     for e in history_rows.iter().rev().filter(|e| !table_catalog::history::is_marker(e)) {
         let Ok(h) = HistoryEntry::from_entity(e) else { return vec![format!("history row {} unreadable", e.row_key)] };
         // A stamped id ({seal}+{id}) names the entry it was acknowledged as.
-        let wal_id = table_catalog::wal::id::entry_of(&h.wal_id).to_string();
+        let wal_id = table_catalog::testing::wal::id::entry_of(&h.wal_id).to_string();
         rows_by.entry(e.partition_key.clone()).or_default().push(Row { wal_id, record: h.record });
     }
     let identity = |r: &Record| world.schema.record_keys(r).map(|k| k.row_key).ok();

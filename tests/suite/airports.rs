@@ -5,9 +5,9 @@ use crate::common;
 
 use std::collections::HashSet;
 
-use table_catalog::import::{self, Format};
 use table_catalog::query::Filter;
-use table_catalog::verify;
+use table_catalog::testing::import::{self, Format};
+use table_catalog::testing::verify;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_airport_is_found_by_each_identifier_it_has() {

@@ -3,6 +3,7 @@
 //! is issued gets the smaller id — across processes and whatever their clocks say.
 
 use crate::common;
+use table_catalog::testing::CatalogInternals;
 
 use std::sync::Arc;
 
@@ -10,7 +11,7 @@ use serde_json::json;
 use table_catalog::catalog::{Catalog, CatalogOptions};
 use table_catalog::config::Names;
 use table_catalog::record::Record;
-use table_catalog::wal::WalId;
+use table_catalog::testing::wal::WalId;
 
 fn rec(i: usize) -> Record {
     json!({"icao": format!("K{i:05}"), "name": format!("n{i}")}).as_object().cloned().unwrap()
@@ -19,7 +20,7 @@ fn rec(i: usize) -> Record {
 async fn open(store: Arc<dyn table_catalog::store::Store>, names: &Names, skew_us: i64) -> Catalog {
     let mut o = CatalogOptions::default();
     o.wal.clock_skew_us = skew_us;
-    let schema = table_catalog::schema::Schema::new(vec!["icao".into()], "name").unwrap();
+    let schema = table_catalog::testing::schema::Schema::new(vec!["icao".into()], "name").unwrap();
     Catalog::open(store, names.clone(), schema, o).await.unwrap()
 }
 
@@ -35,7 +36,7 @@ fn micros(id: &str) -> i64 {
 
 /// Now plus `hours` (negative: ago), in µs, as WAL ids count time.
 fn hours_from_now(hours: i64) -> i64 {
-    table_catalog::wal::id::now_micros() + hours * 3600 * 1_000_000
+    table_catalog::testing::wal::id::now_micros() + hours * 3600 * 1_000_000
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -94,7 +95,7 @@ async fn concurrent_appends_get_distinct_ids_in_acknowledgement_order() {
 #[tokio::test]
 async fn the_sweeper_prunes_clock_rows_of_processes_long_gone_but_never_the_maximum() {
     use table_catalog::store::{Entity, Value};
-    use table_catalog::wal::clock::{row_key, CLOCK};
+    use table_catalog::testing::wal::clock::{row_key, CLOCK};
     for backend in common::backends() {
         let (store, names) = fresh(backend);
         let c = open(store.clone(), &names, 0).await;
@@ -206,7 +207,7 @@ async fn publications_queued_behind_a_running_one_are_served_by_the_next() {
     use table_catalog::store::fault::{Fault, FaultStore, Gate, Rule, Trigger};
     use table_catalog::store::op::OpKind;
     use table_catalog::store::TableStore;
-    use table_catalog::wal::clock::Clock;
+    use table_catalog::testing::wal::clock::Clock;
     for backend in common::backends() {
         let counting = Arc::new(CountingStore::new(common::store(backend)));
         let faulty = Arc::new(FaultStore::new(counting.clone(), 1));
@@ -259,7 +260,7 @@ async fn publications_queued_behind_a_running_one_are_served_by_the_next() {
 /// at about one per gap).
 #[tokio::test]
 async fn a_process_alone_has_the_whole_write_share_and_two_taking_turns_split_it() {
-    use table_catalog::wal::clock::Clock;
+    use table_catalog::testing::wal::clock::Clock;
     for backend in common::backends() {
         let store = common::store(backend);
         let table = common::unique_name("share");
@@ -297,7 +298,7 @@ async fn a_process_with_a_small_share_of_the_writes_runs_one_append_round_at_a_t
     use std::time::Duration;
     use table_catalog::store::fault::{Fault, FaultStore, Gate, Rule, Trigger};
     use table_catalog::store::op::OpKind;
-    use table_catalog::wal::append::MAX_ROUNDS;
+    use table_catalog::testing::wal::append::MAX_ROUNDS;
     for backend in common::backends() {
         for (others_write, rounds) in [(false, MAX_ROUNDS), (true, 1)] {
             let faulty = Arc::new(FaultStore::new(common::store(backend), 1));

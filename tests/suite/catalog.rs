@@ -1,14 +1,15 @@
 //! The catalog API end to end on the embedded store.
 
 use std::sync::Arc;
+use table_catalog::testing::CatalogInternals;
 
 use serde_json::{json, Value};
 use table_catalog::catalog::{Catalog, CatalogOptions, WalState};
 use table_catalog::config::Names;
 use table_catalog::query::Filter;
 use table_catalog::record::Record;
-use table_catalog::schema::Schema;
 use table_catalog::store::local::LocalStore;
+use table_catalog::testing::schema::Schema;
 use table_catalog::Error;
 
 async fn open() -> Catalog {
@@ -159,7 +160,7 @@ async fn schema_mismatch_is_reported() {
 
 #[tokio::test]
 async fn an_apply_pass_stops_at_its_budget_and_hands_over() {
-    use table_catalog::apply::DrainOutcome;
+    use table_catalog::testing::apply::DrainOutcome;
     let store = Arc::new(LocalStore::in_memory().unwrap());
     let schema = Schema::new(vec!["icao".into()], "name").unwrap();
     let mut opts = CatalogOptions::default();
@@ -183,7 +184,7 @@ async fn an_apply_pass_stops_at_its_budget_and_hands_over() {
             c.store().delete_message(&queue, &m.id, &m.pop_receipt).await.unwrap();
         }
     }
-    c.process_message(&table_catalog::messages::hint_json("wal", "x"), "m1").await.unwrap();
+    c.process_message(&table_catalog::testing::messages::hint_json("wal", "x"), "m1").await.unwrap();
     assert_eq!(c.status().await.unwrap().pending, 172);
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     while c.store().approximate_count(&queue).await.unwrap() == 0 {
@@ -195,19 +196,19 @@ async fn an_apply_pass_stops_at_its_budget_and_hands_over() {
 #[tokio::test]
 async fn wal_state_reports_pending_applied_dead_and_unknown() {
     use table_catalog::store::{Entity, Value as V};
-    use table_catalog::wal::WalId;
+    use table_catalog::testing::wal::WalId;
     let c = open().await;
     let w = c.upsert(jfk(), false).await.unwrap();
     assert_eq!(c.wal_state(&w.id).await.unwrap(), WalState::Pending);
     // An entry no build can read (unknown format version) goes to the dead partition.
-    let bad = WalId::new(table_catalog::wal::id::now_micros() + 1_000_000, uuid::Uuid::new_v4());
+    let bad = WalId::new(table_catalog::testing::wal::id::now_micros() + 1_000_000, uuid::Uuid::new_v4());
     let entity = Entity::new("wal", bad.as_str()).with("v", V::Int32(99)).with("n", V::Int32(0));
     c.store().insert(&c.names().wal_table, &entity).await.unwrap();
     c.recover().await.unwrap();
     assert_eq!(c.wal_state(&w.id).await.unwrap(), WalState::Applied);
     assert_eq!(c.wal_state(bad.as_str()).await.unwrap(), WalState::Dead);
     assert!(c.wal().dead_reason(&bad).await.unwrap().is_some());
-    let never = WalId::new(table_catalog::wal::id::now_micros() + 60_000_000, uuid::Uuid::new_v4());
+    let never = WalId::new(table_catalog::testing::wal::id::now_micros() + 60_000_000, uuid::Uuid::new_v4());
     assert!(matches!(c.wal_state(never.as_str()).await, Err(Error::NotFound(_))));
     // An id below the checkpoint that was never logged is not reported as applied (issue 28).
     let old = "2000-01-01T00:00:00.000000_00000000-0000-0000-0000-000000000000";

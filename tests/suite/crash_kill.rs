@@ -29,6 +29,7 @@
 #![cfg(unix)]
 
 use crate::common;
+use table_catalog::testing::CatalogInternals;
 
 use std::fs::File;
 use std::io::{BufRead, BufReader, Write};
@@ -44,11 +45,11 @@ use rand::{Rng, SeedableRng};
 use serde_json::json;
 use table_catalog::config::Config;
 use table_catalog::history::{HistoryEntry, HistoryOptions};
-use table_catalog::import::{read_file, Format};
 use table_catalog::query::Filter;
 use table_catalog::record::{Record, RowMeta};
 use table_catalog::store::local::Durability;
-use table_catalog::wal::WalId;
+use table_catalog::testing::import::{read_file, Format};
+use table_catalog::testing::wal::WalId;
 
 const KILLS: usize = 26;
 const AIRPORTS: usize = 2_000;
@@ -222,7 +223,10 @@ fn sigkill_during_import_loses_no_acknowledged_write() {
     let kills = schedule(&mut rng);
     for kill in &kills {
         if let Kill::CrashAt(point, _) = kill {
-            assert!(table_catalog::faults::POINTS.contains(point), "{point} is not a crash point of src/faults.rs");
+            assert!(
+                table_catalog::testing::faults::POINTS.contains(point),
+                "{point} is not a crash point of src/faults.rs"
+            );
         }
     }
     let dir = tempfile::tempdir().unwrap();
@@ -311,7 +315,8 @@ async fn check_acknowledged(store: &Path, airports: &[Record], acked: &[usize], 
     assert_eq!(catalog.status().await.unwrap().pending, 0, "seed {seed}");
     // History: the change that wrote each record's current rows has its history row.
     let history = catalog.applier().history_table().unwrap().to_string();
-    let rows = table_catalog::verify::scan_all(catalog.store().as_ref(), &catalog.names().table).await.unwrap();
+    let rows =
+        table_catalog::testing::verify::scan_all(catalog.store().as_ref(), &catalog.names().table).await.unwrap();
     let mut identities = std::collections::BTreeSet::new();
     for row in &rows {
         let Some(record) = table_catalog::record::from_entity(row) else { continue };

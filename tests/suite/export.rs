@@ -7,8 +7,8 @@ use crate::common;
 use std::collections::BTreeSet;
 
 use table_catalog::catalog::Catalog;
-use table_catalog::export;
-use table_catalog::import;
+use table_catalog::testing::export;
+use table_catalog::testing::import;
 
 /// The first `n` airports of the shipped data set (header included).
 fn airports_subset(n: usize) -> Vec<u8> {
@@ -51,9 +51,10 @@ async fn export_then_import_into_an_empty_catalog_reproduces_it() {
         let (a, b): (BTreeSet<String>, BTreeSet<String>) =
             (exported.into_iter().collect(), again.into_iter().collect());
         assert_eq!(a, b, "{backend:?}: the export of the re-import is the same set of records");
-        let report = table_catalog::verify::verify(second.store().as_ref(), &second.names().table, &second.schema())
-            .await
-            .unwrap();
+        let report =
+            table_catalog::testing::verify::verify(second.store().as_ref(), &second.names().table, &second.schema())
+                .await
+                .unwrap();
         assert!(report.ok() && report.records == 149, "{backend:?}: {report:?}");
     }
 }

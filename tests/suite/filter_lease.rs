@@ -14,19 +14,20 @@
 #![cfg(feature = "testing")]
 
 use crate::common;
+use table_catalog::testing::CatalogInternals;
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::json;
-use table_catalog::apply::DrainOutcome;
 use table_catalog::catalog::{Catalog, CatalogOptions};
 use table_catalog::config::Names;
 use table_catalog::query::Filter;
 use table_catalog::record::Record;
 use table_catalog::store::fault::{Fault, FaultStore, OpKind, Rule, Trigger};
 use table_catalog::store::Store;
-use table_catalog::wal::ShardId;
+use table_catalog::testing::apply::DrainOutcome;
+use table_catalog::testing::wal::ShardId;
 
 const RECORDS: usize = 40;
 const LEASE: Duration = Duration::from_secs(2);
@@ -60,7 +61,7 @@ async fn a_filter_entry_longer_than_its_lease_keeps_its_shard() {
     let slow = Arc::new(FaultStore::new(inner.clone(), 1));
     slow.add(Rule::new(&[OpKind::Insert, OpKind::Replace], Trigger::Always, Fault::Delay(SLOW)).on(&names.table));
     let a = open(slow.clone(), &names).await;
-    let started = table_catalog::env::now();
+    let started = table_catalog::testing::env::now();
     let pass = tokio::spawn({
         let a = a.clone();
         async move { a.applier().apply_shard(ShardId::ZERO).await }

@@ -1,6 +1,6 @@
 //! Consistency of the Azure Functions deployment assets with each other and with the binary:
 //! `host.json`, `functions/*/function.json`, `local.settings.json`, `infra/main.bicep` (+ its
-//! parameters file) and `docs/FUNCTIONS.md` against `table_catalog::settings::SETTINGS`, the
+//! parameters file) and `docs/FUNCTIONS.md` against `table_catalog::testing::settings::SETTINGS`, the
 //! binary's default names and the handler's function/binding names.
 //!
 //! The Bicep file is read with a small line-based reader and a tiny expression evaluator
@@ -17,7 +17,7 @@ use table_catalog::functions::{
     APPLY_BINDING, APPLY_FUNCTION, HANDLER_SUBCOMMAND, HTTP_ROUTE_PREFIX, SCAN_BINDING, SCAN_FUNCTION, SWEEP_BINDING,
     SWEEP_FUNCTION,
 };
-use table_catalog::settings::{self, FunctionsApp, Setting, SETTINGS};
+use table_catalog::testing::settings::{self, FunctionsApp, Setting, SETTINGS};
 
 // ---------------------------------------------------------------------------------------------
 // Reading the assets
@@ -305,7 +305,11 @@ fn host_json_queue_settings_are_deliberate() {
     timespan_secs(&q["maxPollingInterval"]);
     // Producers (the write path, other services) base64-encode message text; see FUNCTIONS.md.
     assert_eq!(q["messageEncoding"], "base64");
-    assert_eq!(table_catalog::messages::encode("{}"), "e30=", "the catalog's own producers must write base64 too");
+    assert_eq!(
+        table_catalog::testing::messages::encode("{}"),
+        "e30=",
+        "the catalog's own producers must write base64 too"
+    );
     timespan_secs(&host_json()["functionTimeout"]);
 }
 
@@ -393,7 +397,7 @@ async fn http_functions_are_served_by_the_api_router() {
 
     let store = std::sync::Arc::new(table_catalog::store::local::LocalStore::in_memory().unwrap());
     let names = table_catalog::config::Names::new("assets", None, None).unwrap();
-    let schema = table_catalog::schema::Schema::new(vec!["eid".into()], "lastname").unwrap();
+    let schema = table_catalog::testing::schema::Schema::new(vec!["eid".into()], "lastname").unwrap();
     let catalog = table_catalog::catalog::Catalog::open(store, names, schema, Default::default()).await.unwrap();
     let app = table_catalog::functions::handler_router(std::sync::Arc::new(catalog));
     for (name, route, methods, _) in HTTP_FUNCTIONS {

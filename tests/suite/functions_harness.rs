@@ -23,6 +23,7 @@
 
 use crate::common;
 use crate::harness;
+use table_catalog::testing::CatalogInternals;
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
@@ -30,10 +31,10 @@ use std::time::{Duration, Instant};
 use base64::Engine as _;
 use futures::StreamExt;
 use serde_json::{json, Value};
-use table_catalog::import::{self, Format};
 use table_catalog::record::Record;
 use table_catalog::store::{QueueStore, RowRange};
-use table_catalog::wal::{Op, INTENT_PREFIX, SHARD};
+use table_catalog::testing::import::{self, Format};
+use table_catalog::testing::wal::{Op, INTENT_PREFIX, SHARD};
 use table_catalog::{CatalogOptions, Config};
 
 use harness::payload::Verdict;
@@ -531,9 +532,10 @@ async fn a_verify_job_runs_through_the_scan_function_with_a_redelivered_work_ite
         .delete(&catalog.names().table, &pk, &keys.row_key, &table_catalog::store::IfMatch::Any)
         .await
         .unwrap();
-    let serial = table_catalog::verify::verify(catalog.store().as_ref(), &catalog.names().table, &catalog.schema())
-        .await
-        .unwrap();
+    let serial =
+        table_catalog::testing::verify::verify(catalog.store().as_ref(), &catalog.names().table, &catalog.schema())
+            .await
+            .unwrap();
     assert_eq!(serial.total_findings(), 1, "{:?}", serial.violations);
 
     h.lose_next_deletes_of("scan", 1);
@@ -800,9 +802,10 @@ async fn an_index_is_added_and_dropped_through_the_functions_with_its_jobs_on_th
     // No row of the index remains, and the catalog verifies clean.
     let catalog = Config::new(h.catalog_name()).connection_string(cs.clone()).open().await.unwrap();
     assert_eq!(common::rows_of_index(&catalog, "country").await, 0, "rows of the dropped index remain");
-    let report = table_catalog::verify::verify(catalog.store().as_ref(), &catalog.names().table, &catalog.schema())
-        .await
-        .unwrap();
+    let report =
+        table_catalog::testing::verify::verify(catalog.store().as_ref(), &catalog.names().table, &catalog.schema())
+            .await
+            .unwrap();
     assert_eq!(report.total_findings(), 0, "{:?}", report.findings);
     assert_eq!(report.records as u64, live);
     assert!(h.bugs().is_empty(), "{:?}", h.bugs());

@@ -14,13 +14,13 @@ use futures::TryStreamExt;
 use serde_json::json;
 use table_catalog::catalog::{Catalog, CatalogOptions};
 use table_catalog::config::Names;
-use table_catalog::hashed::HashKey;
 use table_catalog::query::Filter;
 use table_catalog::record::Record;
-use table_catalog::schema::Schema;
 use table_catalog::store::azure::AzureStore;
 use table_catalog::store::counting::CountingStore;
 use table_catalog::store::{pager, Entity, Store, TableStore, Value};
+use table_catalog::testing::hashed::HashKey;
+use table_catalog::testing::schema::Schema;
 use table_catalog::Error;
 
 /// 32 bytes, base64 (a test key, not a secret of any deployment).
@@ -74,7 +74,7 @@ async fn raw_rows(store: &dyn TableStore, table: &str) -> Vec<Entity> {
 fn forms(i: usize) -> Vec<String> {
     let s = ssn(i);
     let lower = s.to_lowercase();
-    let mut forms = vec![s, table_catalog::keys::escape_key(&lower), lower];
+    let mut forms = vec![s, table_catalog::testing::keys::escape_key(&lower), lower];
     forms.sort();
     forms.dedup();
     forms

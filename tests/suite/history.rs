@@ -3,6 +3,7 @@
 //! catalog and the HTTP API; its cost in storage requests; retention. On both backends.
 
 use crate::common;
+use table_catalog::testing::CatalogInternals;
 
 use std::sync::Arc;
 
@@ -17,7 +18,7 @@ use table_catalog::record::Record;
 use table_catalog::store::layer::LayeredStore;
 use table_catalog::store::local::LocalStore;
 use table_catalog::store::{pager, IfMatch, Store};
-use table_catalog::wal::{Op, ShardId, WalEntry, WalId};
+use table_catalog::testing::wal::{Op, ShardId, WalEntry, WalId};
 
 use common::history_fixtures::{f, jfk, lga, rec};
 
@@ -111,7 +112,12 @@ async fn every_applied_change_has_exactly_one_history_row_newest_first() {
         // them entries logged late (stamped after the delete), not the same entries again.
         for shard in ShardId::all(c.status().await.unwrap().shards.len() as u16) {
             let _ = store
-                .delete(&names.wal_table, &shard.partition(), table_catalog::wal::seal::SEAL_ROW, &IfMatch::Any)
+                .delete(
+                    &names.wal_table,
+                    &shard.partition(),
+                    table_catalog::testing::wal::seal::SEAL_ROW,
+                    &IfMatch::Any,
+                )
                 .await;
         }
         let ops = [

@@ -3,6 +3,7 @@
 //! `TC_HISTORY_AIRPORTS` sets how many airports are imported (default 4,000; 28,403 for all).
 
 use crate::common;
+use table_catalog::testing::CatalogInternals;
 
 use std::collections::BTreeMap;
 
@@ -12,11 +13,11 @@ use rand::{Rng, SeedableRng};
 use serde_json::json;
 use table_catalog::catalog::CatalogOptions;
 use table_catalog::history::{ChangeOp, HistoryEntry, HistoryOptions};
-use table_catalog::import::{self, Format};
 use table_catalog::query::Filter;
 use table_catalog::record::Record;
-use table_catalog::schema::Schema;
 use table_catalog::store::pager;
+use table_catalog::testing::import::{self, Format};
+use table_catalog::testing::schema::Schema;
 
 const FIELDS: [&str; 3] = ["icao", "iata", "lid"];
 

@@ -29,12 +29,12 @@ use serde_json::{json, Map, Value};
 
 use table_catalog::catalog::{Catalog, MessageOutcome};
 use table_catalog::config::Config;
-use table_catalog::dispatch::{Delivery, Dispatcher, Disposition};
-use table_catalog::keys;
-use table_catalog::messages;
 use table_catalog::query::Filter;
 use table_catalog::record::Record;
 use table_catalog::store::ReceivedMessage;
+use table_catalog::testing::dispatch::{Delivery, Dispatcher, Disposition};
+use table_catalog::testing::keys;
+use table_catalog::testing::messages;
 use table_catalog::Error;
 
 use common::{airports_catalog, backends, Backend};
@@ -78,7 +78,7 @@ fn assert_api_error(ctx: &str, status: StatusCode, body: &Value, want: StatusCod
 type Rows = BTreeSet<(String, String, Option<String>)>;
 
 async fn rows(c: &Catalog) -> Rows {
-    table_catalog::verify::scan_all(c.store().as_ref(), &c.names().table)
+    table_catalog::testing::verify::scan_all(c.store().as_ref(), &c.names().table)
         .await
         .unwrap()
         .into_iter()
@@ -515,8 +515,9 @@ async fn http_identifiers_with_reserved_and_control_characters_round_trip() {
             h.accepted(&ctx).await;
         }
         // Every stored key is legal, and decodes to the lowercased "{n}_{field}{value}".
-        let stored =
-            table_catalog::verify::scan_all(h.catalog.store().as_ref(), &h.catalog.names().table).await.unwrap();
+        let stored = table_catalog::testing::verify::scan_all(h.catalog.store().as_ref(), &h.catalog.names().table)
+            .await
+            .unwrap();
         assert_eq!(stored.len(), values.len() * 2);
         for e in &stored {
             for key in [&e.partition_key, &e.row_key] {
@@ -579,14 +580,19 @@ async fn http_identifiers_with_reserved_and_control_characters_round_trip() {
             assert!(s.is_success() && body["applied"] == true, "{backend:?} delete {}: {s} {body}", short(v));
             assert!(h.http_find("iata", v).await.is_empty(), "{backend:?} delete {}", short(v));
         }
-        let live = table_catalog::verify::live_records(
-            &table_catalog::verify::scan_all(h.catalog.store().as_ref(), &h.catalog.names().table).await.unwrap(),
+        let live = table_catalog::testing::verify::live_records(
+            &table_catalog::testing::verify::scan_all(h.catalog.store().as_ref(), &h.catalog.names().table)
+                .await
+                .unwrap(),
         );
         assert_eq!(live.len(), values.len() - 4, "{backend:?}: a delete by a hostile value removed other records");
-        let report =
-            table_catalog::verify::verify(h.catalog.store().as_ref(), &h.catalog.names().table, &h.catalog.schema())
-                .await
-                .unwrap();
+        let report = table_catalog::testing::verify::verify(
+            h.catalog.store().as_ref(),
+            &h.catalog.names().table,
+            &h.catalog.schema(),
+        )
+        .await
+        .unwrap();
         assert!(report.ok(), "{backend:?}: {:?}", report.violations);
         h.accepted("after deletes").await;
         h.canary("after hostile identifiers").await;
@@ -701,10 +707,13 @@ async fn http_odd_but_valid_records_round_trip_exactly() {
             assert_exact(&format!("{backend:?} PUT {ctx}"), &found[0], &r);
         }
         h.accepted("PUT").await;
-        let report =
-            table_catalog::verify::verify(h.catalog.store().as_ref(), &h.catalog.names().table, &h.catalog.schema())
-                .await
-                .unwrap();
+        let report = table_catalog::testing::verify::verify(
+            h.catalog.store().as_ref(),
+            &h.catalog.names().table,
+            &h.catalog.schema(),
+        )
+        .await
+        .unwrap();
         assert!(report.ok(), "{backend:?}: {:?}", report.violations);
         h.canary("after odd records").await;
     }
@@ -1189,8 +1198,8 @@ async fn library_hostile_identifiers_and_odd_records_round_trip() {
                 c.delete(f("icao", v), true).await.unwrap();
             }
         }
-        let live = table_catalog::verify::live_records(
-            &table_catalog::verify::scan_all(c.store().as_ref(), &c.names().table).await.unwrap(),
+        let live = table_catalog::testing::verify::live_records(
+            &table_catalog::testing::verify::scan_all(c.store().as_ref(), &c.names().table).await.unwrap(),
         );
         assert_eq!(
             live.len(),
@@ -1208,7 +1217,8 @@ async fn library_hostile_identifiers_and_odd_records_round_trip() {
             }
         }
         h.accepted("odd records").await;
-        let report = table_catalog::verify::verify(c.store().as_ref(), &c.names().table, &c.schema()).await.unwrap();
+        let report =
+            table_catalog::testing::verify::verify(c.store().as_ref(), &c.names().table, &c.schema()).await.unwrap();
         assert!(report.ok(), "{backend:?}: {:?}", report.violations);
         h.canary("after library round trips").await;
     }
@@ -1453,8 +1463,8 @@ async fn queue_intents_with_hostile_values_and_message_ids_apply_once() {
         h.accepted("odd intents").await;
         // Delete and replace intents with an injection filter touch that record only.
         let injection = "x' or PartitionKey ne '";
-        let before = table_catalog::verify::live_records(
-            &table_catalog::verify::scan_all(c.store().as_ref(), &c.names().table).await.unwrap(),
+        let before = table_catalog::testing::verify::live_records(
+            &table_catalog::testing::verify::scan_all(c.store().as_ref(), &c.names().table).await.unwrap(),
         )
         .len();
         let moved = json!({"icao": injection, "lid": "MOVED", "name": "moved"});
@@ -1469,8 +1479,8 @@ async fn queue_intents_with_hostile_values_and_message_ids_apply_once() {
             .await
             .unwrap();
         assert!(matches!(out, MessageOutcome::Applied { .. }), "{out:?}");
-        let after = table_catalog::verify::live_records(
-            &table_catalog::verify::scan_all(c.store().as_ref(), &c.names().table).await.unwrap(),
+        let after = table_catalog::testing::verify::live_records(
+            &table_catalog::testing::verify::scan_all(c.store().as_ref(), &c.names().table).await.unwrap(),
         )
         .len();
         assert_eq!(after, before - 1, "{backend:?}: injection intents touched other records");
@@ -1496,7 +1506,8 @@ async fn queue_intents_with_hostile_values_and_message_ids_apply_once() {
         }
         assert_eq!(take_poison(&c).await, Vec::<Value>::new(), "{backend:?}: valid intents were poisoned");
         h.accepted("message ids").await;
-        let report = table_catalog::verify::verify(c.store().as_ref(), &c.names().table, &c.schema()).await.unwrap();
+        let report =
+            table_catalog::testing::verify::verify(c.store().as_ref(), &c.names().table, &c.schema()).await.unwrap();
         assert!(report.ok(), "{backend:?}: {:?}", report.violations);
         h.canary("after intents").await;
     }
@@ -1683,7 +1694,8 @@ async fn cli_state(dir: &Path, ctx: &str) -> (Catalog, usize) {
     let c = open_cli_catalog(dir).await;
     let status = c.status().await.unwrap();
     assert_eq!((status.pending, status.dead), (0, 0), "{ctx}: pending/dead after import");
-    let report = table_catalog::verify::verify(c.store().as_ref(), &c.names().table, &c.schema()).await.unwrap();
+    let report =
+        table_catalog::testing::verify::verify(c.store().as_ref(), &c.names().table, &c.schema()).await.unwrap();
     assert!(report.ok(), "{ctx}: {:?}", report.violations);
     (c, report.records)
 }
@@ -1905,11 +1917,11 @@ async fn cli_insert_and_query_reject_malformed_input() {
 
 /// Reasons recorded on dead WAL entries.
 async fn dead_reasons(c: &Catalog) -> Vec<String> {
-    table_catalog::verify::scan_all(c.store().as_ref(), &c.names().wal_table)
+    table_catalog::testing::verify::scan_all(c.store().as_ref(), &c.names().wal_table)
         .await
         .unwrap()
         .into_iter()
-        .filter(|e| e.partition_key == table_catalog::wal::DEAD)
+        .filter(|e| e.partition_key == table_catalog::testing::wal::DEAD)
         .map(|e| e.str("reason").unwrap_or("(no reason)").chars().take(200).collect())
         .collect()
 }

@@ -188,7 +188,8 @@ async fn bad_input_gets_a_clear_4xx_and_writes_nothing() {
         let status = catalog.status().await.unwrap();
         assert_eq!(status.pending, 0, "nothing was written");
         assert!(status.checkpoint.is_none(), "nothing was ever applied");
-        let rows = table_catalog::verify::scan_all(catalog.store().as_ref(), &catalog.names().table).await.unwrap();
+        let rows =
+            table_catalog::testing::verify::scan_all(catalog.store().as_ref(), &catalog.names().table).await.unwrap();
         assert!(rows.is_empty());
     }
 }

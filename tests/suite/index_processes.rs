@@ -8,6 +8,7 @@
 #![cfg(unix)]
 
 use crate::common;
+use table_catalog::testing::CatalogInternals;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -87,7 +88,7 @@ async fn an_index_added_by_one_process_is_maintained_by_the_writes_of_another() 
     })
     .await;
     let schema = c.schema();
-    let report = table_catalog::verify::verify(c.store().as_ref(), &c.names().table, &schema).await.unwrap();
+    let report = table_catalog::testing::verify::verify(c.store().as_ref(), &c.names().table, &schema).await.unwrap();
     assert_eq!(report.total_findings(), 0, "{:?}", report.findings);
     let mut expected = std::collections::BTreeMap::<String, usize>::new();
     for i in 0..300u64 {

@@ -6,6 +6,7 @@
 //! with it once the change is made. On the embedded store and on Azurite.
 
 use crate::common;
+use table_catalog::testing::CatalogInternals;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -15,13 +16,13 @@ use std::time::Duration;
 use futures::TryStreamExt;
 use serde_json::json;
 use table_catalog::catalog::{Catalog, CatalogOptions};
-use table_catalog::import::{self, Format};
 use table_catalog::indexes;
 use table_catalog::query::Filter;
 use table_catalog::record::Record;
-use table_catalog::schema::IndexState;
 use table_catalog::server::ServeOptions;
-use table_catalog::wal::{ShardId, WalEntry};
+use table_catalog::testing::import::{self, Format};
+use table_catalog::testing::schema::IndexState;
+use table_catalog::testing::wal::{ShardId, WalEntry};
 use table_catalog::Error;
 
 use common::Backend;
@@ -125,7 +126,10 @@ async fn wait_state(c: &Catalog, field: &str, want: Option<IndexState>, label: &
 /// Every live record once, from a whole-table export.
 async fn live_records(c: &Catalog) -> Vec<Record> {
     let schema = c.schema();
-    table_catalog::export::records(c.store().as_ref(), &c.names().table, &schema, 1000).try_collect().await.unwrap()
+    table_catalog::testing::export::records(c.store().as_ref(), &c.names().table, &schema, 1000)
+        .try_collect()
+        .await
+        .unwrap()
 }
 
 /// Every record with a value of `field` is found by it, each value's lookup returns exactly
@@ -161,7 +165,7 @@ async fn check_lookups(c: &Catalog, field: &str, label: &str) {
 
 async fn verify_clean(c: &Catalog, label: &str) {
     let schema = c.schema();
-    let report = table_catalog::verify::verify(c.store().as_ref(), &c.names().table, &schema).await.unwrap();
+    let report = table_catalog::testing::verify::verify(c.store().as_ref(), &c.names().table, &schema).await.unwrap();
     assert_eq!(report.total_findings(), 0, "{label}: {:?} {:#?}", report.findings, report.violations);
 }
 

@@ -14,7 +14,7 @@ use rand::{Rng, SeedableRng};
 use serde_json::{json, Value};
 use table_catalog::config::Config;
 use table_catalog::store::{Entity, IfMatch};
-use table_catalog::verify;
+use table_catalog::testing::verify;
 use table_catalog::{record, Catalog};
 
 use common::Backend;

@@ -10,11 +10,11 @@ use std::sync::Arc;
 
 use serde_json::{json, Value};
 use table_catalog::catalog::Catalog;
-use table_catalog::import::{self, Format};
-use table_catalog::jobs::{JobHandler, JobKind, JobState, Jobs};
+use table_catalog::jobs::{JobKind, JobState, Jobs};
 use table_catalog::record::{self, Record};
 use table_catalog::store::{Entity, IfMatch};
-use table_catalog::verify::{self, VerifyOptions};
+use table_catalog::testing::import::{self, Format};
+use table_catalog::testing::verify::{self, VerifyOptions};
 
 use common::Backend;
 
@@ -149,7 +149,7 @@ async fn the_job_and_export_routes() {
 #[tokio::test]
 async fn the_scan_dispatcher_is_the_catalogs_scan_queue() {
     let c = common::airports_catalog(Backend::Local).await;
-    let d = JobHandler::dispatcher(c.clone());
+    let d = table_catalog::testing::job_dispatcher(c.clone());
     assert_eq!(d.queue(), c.names().scan_queue);
     assert!(c.names().scan_queue.ends_with("-apply-scan"));
     assert_eq!(d.policy().max_dequeue_count, 10, "host.json's maxDequeueCount");
@@ -162,7 +162,7 @@ async fn a_trim_history_job_removes_exactly_the_expired_rows() {
     use table_catalog::catalog::CatalogOptions;
     use table_catalog::history::{inverted_time, HistoryOptions};
     use table_catalog::store::pager;
-    use table_catalog::wal::id::now_micros;
+    use table_catalog::testing::wal::id::now_micros;
 
     for backend in common::backends() {
         let opts = CatalogOptions { history: HistoryOptions::on(), ..CatalogOptions::default() };

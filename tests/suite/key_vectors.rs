@@ -4,8 +4,8 @@
 //! `escape(lower(reference))`.
 
 use serde_json::Value;
-use table_catalog::keys::{escape_key, partition_key};
-use table_catalog::schema::Schema;
+use table_catalog::testing::keys::{escape_key, partition_key};
+use table_catalog::testing::schema::Schema;
 
 fn lines(path: &str) -> Vec<Value> {
     let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{path}: {e}"));

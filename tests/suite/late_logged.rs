@@ -25,6 +25,7 @@
 #![cfg(feature = "testing")]
 
 use crate::common;
+use table_catalog::testing::CatalogInternals;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -32,14 +33,12 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use serde_json::json;
-use table_catalog::apply::DRAIN_PAGE;
 use table_catalog::catalog::{Catalog, CatalogOptions, Written};
 use table_catalog::config::Names;
 use table_catalog::history::{ChangeOp, HistoryOptions};
 use table_catalog::indexes;
 use table_catalog::query::Filter;
 use table_catalog::record::Record;
-use table_catalog::schema::IndexState;
 use table_catalog::server::ServeOptions;
 use table_catalog::store::fault::{Fault, FaultStore, Gate, OpKind, Rule, Trigger};
 use table_catalog::store::layer::{Call, Layer, LayeredStore, Returned};
@@ -47,8 +46,10 @@ use table_catalog::store::{
     BatchOp, ETag, Entity, IfMatch, Page, PartitionRange, QueueStore, ReceivedMessage, RowRange, Store, StoreError,
     StoreResult, TableStore,
 };
-use table_catalog::verify;
-use table_catalog::wal::{ShardId, WalId};
+use table_catalog::testing::apply::DRAIN_PAGE;
+use table_catalog::testing::schema::IndexState;
+use table_catalog::testing::verify;
+use table_catalog::testing::wal::{ShardId, WalId};
 
 use common::Backend;
 
@@ -273,7 +274,7 @@ async fn no_rows_of(store: &dyn Store, table: &str, field: &str, label: &str) {
     let rows = verify::scan_all(store, table).await.unwrap();
     let left: Vec<(&str, &str)> = rows
         .iter()
-        .filter(|e| table_catalog::keys::partition_field(&e.partition_key).as_deref() == Some(field))
+        .filter(|e| table_catalog::testing::keys::partition_field(&e.partition_key).as_deref() == Some(field))
         .map(|e| (e.partition_key.as_str(), e.row_key.as_str()))
         .collect();
     assert!(left.is_empty(), "{label}: rows of the dropped index left: {left:?}");
@@ -845,7 +846,7 @@ fn in_shard(shard: u16, icao: &str, iata: &str, name: &str) -> Record {
 /// above F: U's record survives a delete issued after U was acknowledged.
 /// (`scripts/mutants/no-restart.patch`.)
 ///
-/// [`Passed::Restart`]: table_catalog::apply::barrier::Passed::Restart
+/// [`Passed::Restart`]: table_catalog::testing::apply::barrier::Passed::Restart
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_delete_sees_an_upsert_of_its_own_shard_that_became_durable_behind_the_page_being_applied() {
     for backend in common::backends() {
@@ -1212,14 +1213,14 @@ async fn held_instance(
     field: &str,
     value: &str,
 ) -> (Arc<HoldPartition>, Arc<Catalog>) {
-    let partition = table_catalog::keys::partition_key(field, value).unwrap();
+    let partition = table_catalog::testing::keys::partition_key(field, value).unwrap();
     let layer = Arc::new(HoldPartition { table: names.table.to_lowercase(), partition, door: Door::new() });
     let held = open(Arc::new(LayeredStore::with_layer(inner.clone(), layer.clone())), names, opts).await;
     (layer, held)
 }
 
 /// An apply pass of shard 3, held at a door.
-type HeldPass = tokio::task::JoinHandle<table_catalog::Result<table_catalog::apply::DrainOutcome>>;
+type HeldPass = tokio::task::JoinHandle<table_catalog::Result<table_catalog::testing::apply::DrainOutcome>>;
 
 /// Starts an apply pass of shard 3 through `held` and returns once it waits at the door.
 async fn held_pass_of_shard_3(held: &Arc<Catalog>, layer: &HoldPartition, what: &str) -> HeldPass {
@@ -1359,7 +1360,7 @@ async fn a_row_of_a_dropped_index_written_by_a_failed_attempt_is_removed() {
         let names = Names::new(&common::unique_name("dropfail"), None, None).unwrap();
         let b = open(inner.clone(), &names, options()).await;
         add_index_until_active(&b, "country", &label).await;
-        let ca = table_catalog::keys::partition_key("country", "CA").unwrap();
+        let ca = table_catalog::testing::keys::partition_key("country", "CA").unwrap();
         let layer = Arc::new(FailAfterCommit {
             table: names.table.to_lowercase(),
             partition: ca,
@@ -1400,7 +1401,7 @@ async fn a_row_of_a_dropped_index_written_after_the_applier_saw_the_index_gone_i
         let names = Names::new(&common::unique_name("dropgone"), None, None).unwrap();
         let b = open(inner.clone(), &names, options()).await;
         add_index_until_active(&b, "country", &label).await;
-        let owner = table_catalog::keys::partition_key("icao", "KAAA").unwrap();
+        let owner = table_catalog::testing::keys::partition_key("icao", "KAAA").unwrap();
         let layer = Arc::new(HoldPartition { table: names.table.to_lowercase(), partition: owner, door: Door::new() });
         let a = open(Arc::new(LayeredStore::with_layer(inner.clone(), layer.clone())), &names, options()).await;
 
@@ -1599,8 +1600,8 @@ async fn a_delete_through_a_dropped_index_retried_after_the_drop_records_its_rem
 /// schema version, as the first two steps of `index add` do, without logging the schema
 /// entry (as when the change's process is slow to take its next step).
 async fn schema_v1_without_its_entry(c: &Catalog) {
-    use table_catalog::schema::AddedIndex;
-    use table_catalog::wal::{clock::Clock, schema_row};
+    use table_catalog::testing::schema::AddedIndex;
+    use table_catalog::testing::wal::{clock::Clock, schema_row};
     let (store, wal_table) = (c.store().as_ref(), &c.names().wal_table);
     schema_row::update(store, wal_table, |_, added, version| {
         *version += 1;

@@ -9,10 +9,10 @@ use std::sync::Arc;
 use axum::body::Body;
 use axum::http::StatusCode;
 use serde_json::{json, Value};
-use table_catalog::names::Names;
 use table_catalog::store::counting::CountingStore;
 use table_catalog::store::fault::{unavailable, Fault, FaultStore, OpKind, Rule, Trigger};
 use table_catalog::store::{Entity, IfMatch, StoreError};
+use table_catalog::testing::names::Names;
 use table_catalog::{Catalog, CatalogOptions};
 
 use common::{airports_schema, backends, call, store, unique_name};
@@ -130,7 +130,7 @@ async fn metrics_move_with_writes_applies_conflicts_and_faults() {
         // Injected faults: every WAL request fails with 503 once, so handling a hint fails and
         // will be retried; the failed requests are counted as `unavailable`.
         faults.add(Rule::new(&[], Trigger::Always, Fault::Fail(unavailable())).on(&names.wal_table));
-        let hint = table_catalog::messages::hint_json("wal", "0");
+        let hint = table_catalog::testing::messages::hint_json("wal", "0");
         assert!(catalog.process_message(&hint, "m-retry").await.is_err());
         faults.clear();
         let m3 = scrape(&app).await;
@@ -138,7 +138,7 @@ async fn metrics_move_with_writes_applies_conflicts_and_faults() {
         assert!(metric(&m3, "tablecatalog_storage_requests_total", &["outcome=\"unavailable\""]) >= 1.0, "{m3}");
 
         // A message that can never succeed is poisoned and counted.
-        use table_catalog::dispatch::{Delivery, Dispatcher, Disposition};
+        use table_catalog::testing::dispatch::{Delivery, Dispatcher, Disposition};
         let delivery = Delivery { text: "not json", id: "m-poison", dequeue_count: 1 };
         let out = Dispatcher::apply(catalog.clone()).invoke(delivery).await.unwrap();
         assert!(matches!(out, Disposition::Poisoned(_)), "{out:?}");
@@ -155,7 +155,7 @@ async fn metrics_move_with_writes_applies_conflicts_and_faults() {
 #[tokio::test]
 async fn a_status_read_under_a_large_backlog_counts_up_to_the_cap() {
     use table_catalog::store::{BatchOp, TableStore};
-    use table_catalog::wal::COUNT_CAP;
+    use table_catalog::testing::wal::COUNT_CAP;
     for backend in backends() {
         let counting = Arc::new(CountingStore::new(store(backend)));
         let names = Names::new(&unique_name("capped"), None, None).unwrap();

@@ -15,6 +15,7 @@
 //!    process logged in shards 1..3.
 
 use crate::common;
+use table_catalog::testing::CatalogInternals;
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -24,11 +25,11 @@ use table_catalog::catalog::{Catalog, CatalogOptions, WalState};
 use table_catalog::config::Names;
 use table_catalog::query::Filter;
 use table_catalog::record::Record;
-use table_catalog::schema::Schema;
 use table_catalog::store::Store;
-use table_catalog::verify;
-use table_catalog::wal::shard::stored_count;
-use table_catalog::wal::{Op, ShardId};
+use table_catalog::testing::schema::Schema;
+use table_catalog::testing::verify;
+use table_catalog::testing::wal::shard::stored_count;
+use table_catalog::testing::wal::{Op, ShardId};
 
 fn schema() -> Schema {
     Schema::new(vec!["a".into(), "g".into()], "name").unwrap()
@@ -208,7 +209,7 @@ fn fixture_copy(name: &str) -> tempfile::TempDir {
 #[tokio::test]
 async fn catalogs_written_by_the_build_of_f9c09a6_open_verify_and_take_writes() {
     use table_catalog::store::local::{Durability, LocalStore};
-    use table_catalog::wal::schema_row;
+    use table_catalog::testing::wal::schema_row;
     for fixture in ["f9c09a6", "f9c09a6-pending"] {
         let dir = fixture_copy(fixture);
         let store: Arc<dyn Store> = Arc::new(LocalStore::open(dir.path(), Durability::Full).unwrap());

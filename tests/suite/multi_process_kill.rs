@@ -4,7 +4,7 @@
 //! - nothing acknowledged is lost: every record identity ends in the state of its last
 //!   acknowledged operation, or of a failed one (a failed write is indeterminate: its entry
 //!   may have been written before the process died, and then it is applied, at any time);
-//! - the table converges ([`table_catalog::verify::verify`]);
+//! - the table converges ([`table_catalog::testing::verify::verify`]);
 //! - nothing is pending in any shard, nothing is dead.
 //!
 //! Clients: [`CLIENTS`] tasks, each with its own [`KEYS`] record identities, one request at a
@@ -33,7 +33,7 @@ use table_catalog::catalog::{Catalog, CatalogOptions};
 use table_catalog::config::Names;
 use table_catalog::query::Filter;
 use table_catalog::store::azure::AzureStore;
-use table_catalog::verify;
+use table_catalog::testing::verify;
 
 const PROCESSES: usize = 3;
 const CLIENTS: usize = 6;

@@ -9,10 +9,10 @@ use crate::common;
 use std::collections::BTreeSet;
 
 use table_catalog::catalog::CatalogOptions;
-use table_catalog::import::{self, Format};
 use table_catalog::query::Filter;
 use table_catalog::record::Record;
-use table_catalog::schema::Schema;
+use table_catalog::testing::import::{self, Format};
+use table_catalog::testing::schema::Schema;
 
 use common::Backend;
 

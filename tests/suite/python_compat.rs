@@ -22,6 +22,7 @@
 //! `tests/python/check_keys.py` (the independent key check).
 
 use crate::common;
+use table_catalog::testing::CatalogInternals;
 
 use std::collections::BTreeMap;
 use std::io::Write as _;
@@ -33,12 +34,12 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 use table_catalog::catalog::Catalog;
 use table_catalog::config::Config;
-use table_catalog::import::{self, Format};
 use table_catalog::query::Filter;
 use table_catalog::record::Record;
-use table_catalog::schema::Schema;
 use table_catalog::store::{Entity, RowRange, Value as Prop};
-use table_catalog::wal::{Op, WalEntry, WalId, SHARD};
+use table_catalog::testing::import::{self, Format};
+use table_catalog::testing::schema::Schema;
+use table_catalog::testing::wal::{Op, WalEntry, WalId, SHARD};
 
 const INDEX_KEYS: [&str; 3] = ["icao", "iata", "lid"];
 const ROW_KEY: &str = "name";
@@ -186,7 +187,7 @@ fn text<'a>(r: &'a Record, field: &str) -> &'a str {
 /// True when the string has a character Azure forbids in keys (the reference does not
 /// escape them and wedges on them).
 fn has_forbidden(s: &str) -> bool {
-    s.chars().any(table_catalog::keys::is_forbidden_key_char)
+    s.chars().any(table_catalog::testing::keys::is_forbidden_key_char)
 }
 
 /// (field, value) of each non-empty identifier of the record.

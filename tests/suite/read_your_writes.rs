@@ -11,6 +11,7 @@
 #![cfg(unix)]
 
 use crate::common;
+use table_catalog::testing::CatalogInternals;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -126,8 +127,8 @@ fn airport(i: usize) -> table_catalog::record::Record {
 /// refused with 503 and `Retry-After`, never answered from a catalog that is behind.
 #[tokio::test]
 async fn a_consistent_lookup_applies_a_small_backlog_and_refuses_a_large_one() {
-    use table_catalog::apply::catch_up::MAX_CATCH_UP;
     use table_catalog::query::Filter;
+    use table_catalog::testing::apply::catch_up::MAX_CATCH_UP;
     use tower::ServiceExt;
 
     let c = common::airports_catalog(common::Backend::Local).await;

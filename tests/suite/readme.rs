@@ -252,8 +252,8 @@ async fn a_command_without_the_catalog_name_says_which_catalogs_there_are() {
             .current_dir(dir.path())
             .env_remove("AZURE_STORAGE_CONNECTION_STRING")
             .env_remove("AzureWebJobsStorage")
-            .env_remove(table_catalog::settings::NAME)
-            .env_remove(table_catalog::settings::LOCAL_PATH)
+            .env_remove(table_catalog::testing::settings::NAME)
+            .env_remove(table_catalog::testing::settings::LOCAL_PATH)
             .output()
             .expect("run")
     };

@@ -13,9 +13,9 @@ use serde_json::json;
 use table_catalog::catalog::Catalog;
 use table_catalog::query::Filter;
 use table_catalog::record::{self, Record};
-use table_catalog::repair;
 use table_catalog::store::{Entity, IfMatch};
-use table_catalog::verify::{self, FindingKind, VerifyOptions};
+use table_catalog::testing::repair;
+use table_catalog::testing::verify::{self, FindingKind, VerifyOptions};
 
 fn airport(i: u32) -> Record {
     let lid = if i % 2 == 0 { json!(format!("L{i:02}")) } else { json!("") };

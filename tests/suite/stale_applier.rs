@@ -10,6 +10,7 @@
 #![cfg(feature = "testing")]
 
 use crate::common;
+use table_catalog::testing::CatalogInternals;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -21,8 +22,8 @@ use table_catalog::query::Filter;
 use table_catalog::record::Record;
 use table_catalog::store::fault::{Fault, FaultStore, Gate, OpKind, Rule, Trigger};
 use table_catalog::store::Store;
-use table_catalog::verify;
-use table_catalog::wal::{ShardId, WalId};
+use table_catalog::testing::verify;
+use table_catalog::testing::wal::{ShardId, WalId};
 
 fn jfk(v: u32) -> Record {
     json!({"icao": "KJFK", "iata": "JFK", "lid": "JFK", "name": "John F Kennedy International Airport", "v": v})

@@ -10,11 +10,11 @@
 #![cfg(feature = "testing")]
 
 use crate::common;
+use table_catalog::testing::CatalogInternals;
 
 use std::sync::Arc;
 
 use serde_json::json;
-use table_catalog::apply::DrainOutcome;
 use table_catalog::catalog::{Catalog, CatalogOptions};
 use table_catalog::config::Names;
 use table_catalog::record::Record;
@@ -22,7 +22,8 @@ use table_catalog::store::fault::{unavailable, Fault, FaultStore, OpKind, Rule, 
 use table_catalog::store::layer::LayeredStore;
 use table_catalog::store::local::LocalStore;
 use table_catalog::store::Store;
-use table_catalog::wal::ShardId;
+use table_catalog::testing::apply::DrainOutcome;
+use table_catalog::testing::wal::ShardId;
 
 const RECORDS: usize = 40;
 /// Rows per record (index keys icao, iata, lid).

@@ -131,7 +131,7 @@ pub fn run(args: GenArgs) -> Result<()> {
 mod tests {
     use super::*;
     use std::collections::HashSet;
-    use table_catalog::schema::Schema;
+    use table_catalog::cli_support::schema::Schema;
 
     fn records(n: u64, seed: u64) -> Vec<serde_json::Value> {
         let mut rng = StdRng::seed_from_u64(seed);

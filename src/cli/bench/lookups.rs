@@ -9,8 +9,8 @@ use clap::Args;
 use futures::StreamExt;
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
-use table_catalog::import::{self, Format};
-use table_catalog::schema::Schema;
+use table_catalog::cli_support::import::{self, Format};
+use table_catalog::cli_support::schema::Schema;
 
 use super::percentile;
 
@@ -45,7 +45,9 @@ pub async fn run(args: LookupArgs) -> Result<()> {
         let mut values = Vec::new();
         for row in import::open(&file, Format::from_path(&file), &schema)? {
             let Ok(record) = row?.1 else { continue };
-            if let Some(v) = record.get(&field).and_then(table_catalog::keys::key_string).filter(|v| !v.is_empty()) {
+            if let Some(v) =
+                record.get(&field).and_then(table_catalog::cli_support::keys::key_string).filter(|v| !v.is_empty())
+            {
                 values.push(v);
             }
         }
@@ -60,14 +62,14 @@ pub async fn run(args: LookupArgs) -> Result<()> {
     values.shuffle(&mut rng);
     let client = reqwest::Client::new();
     let targets: Vec<String> = (0..args.requests).map(|i| values[i % values.len()].clone()).collect();
-    let started = table_catalog::env::now();
+    let started = table_catalog::cli_support::env::now();
     let results: Vec<Result<(Duration, bool)>> = futures::stream::iter(targets)
         .map(|v| {
             let client = client.clone();
             let url = format!("{}/api/records", args.url.trim_end_matches('/'));
             let field = args.field.clone();
             async move {
-                let t = table_catalog::env::now();
+                let t = table_catalog::cli_support::env::now();
                 let resp = client.get(&url).query(&[(field.as_str(), v.as_str())]).send().await.context("request")?;
                 let status = resp.status();
                 let body: serde_json::Value = resp.json().await.context("response body")?;

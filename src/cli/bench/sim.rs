@@ -28,26 +28,27 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use table_catalog::cli_support::CatalogInternals;
 
-use table_catalog::env::Instant;
+use table_catalog::cli_support::env::Instant;
 
 use anyhow::{bail, Result};
 use clap::Args;
 use rand::{Rng, SeedableRng};
 use serde_json::json;
 use table_catalog::catalog::{Catalog, CatalogOptions};
+use table_catalog::cli_support::dispatch::WorkerOptions;
+use table_catalog::cli_support::messages;
+use table_catalog::cli_support::schema::Schema;
+use table_catalog::cli_support::wal::shard::{DEFAULT_SHARDS, MAX_SHARDS};
+use table_catalog::cli_support::wal::{Op, ShardId, WalId, WalOptions, PENDING_BEFORE};
 use table_catalog::config::Names;
-use table_catalog::dispatch::WorkerOptions;
-use table_catalog::messages;
-use table_catalog::schema::Schema;
 use table_catalog::server::{self, ServeOptions};
 use table_catalog::store::counting::{CountingStore, RequestCounts, RequestSnapshot};
 use table_catalog::store::layer::{Call, Layer, LayeredStore, Returned};
 use table_catalog::store::local::LocalStore;
 use table_catalog::store::sim::{self as simulated, LogNormal, SimAzureStore, SimOptions, SimStats};
 use table_catalog::store::{BatchOp, OpKind, Store, StoreResult};
-use table_catalog::wal::shard::{DEFAULT_SHARDS, MAX_SHARDS};
-use table_catalog::wal::{Op, ShardId, WalId, WalOptions, PENDING_BEFORE};
 
 use super::percentile;
 
@@ -221,7 +222,7 @@ impl Probe {
     }
 
     fn note<'a>(&self, row_keys: impl Iterator<Item = &'a str>) {
-        let now = table_catalog::env::now();
+        let now = table_catalog::cli_support::env::now();
         if let Ok(mut removed) = self.removed.lock() {
             for rk in row_keys.filter(|rk| *rk < PENDING_BEFORE) {
                 removed.entry(rk.to_string()).or_insert(now);
@@ -301,7 +302,7 @@ fn wal_traffic(traffic: &Traffic, seconds: f64) -> String {
         let detail: Vec<String> = kinds.iter().take(5).map(|(k, n)| format!("{k} {:.0}", per_s(*n))).collect();
         out.push(format!("metadata {:.0} entities/s ({})", per_s(total(meta)), detail.join(", ")));
     }
-    if let Some(clock) = traffic.get(table_catalog::wal::clock::CLOCK) {
+    if let Some(clock) = traffic.get(table_catalog::cli_support::wal::clock::CLOCK) {
         out.push(format!("clock {:.0} entities/s", per_s(total(clock))));
     }
     let shards: Vec<(&String, u64)> =
@@ -450,22 +451,26 @@ impl Load {
         // Paced clients start spread over one interval, so the offered load is even.
         let mut next =
             started + self.interval.map_or(Duration::ZERO, |i| i.mul_f64(client as f64 / self.writers as f64));
-        while table_catalog::env::now() < deadline {
+        while table_catalog::cli_support::env::now() < deadline {
             if let Some(interval) = self.interval {
                 if next >= deadline {
                     break;
                 }
-                table_catalog::env::sleep_until(next).await;
+                table_catalog::cli_support::env::sleep_until(next).await;
                 next += interval;
             }
             let update = !written.is_empty() && rng.gen_bool(self.updates);
             let ident = if update { written[rng.gen_range(0..written.len())] } else { seq };
             let record = record(&self.keys, client, ident, seq);
             let catalog = &self.catalogs[self.next.fetch_add(1, Ordering::Relaxed) % self.catalogs.len()];
-            let started = table_catalog::env::now();
+            let started = table_catalog::cli_support::env::now();
             match catalog.upsert(record, false).await {
                 Ok(w) => {
-                    out.acks.push(Ack { id: w.id, at: table_catalog::env::now(), latency: started.elapsed() });
+                    out.acks.push(Ack {
+                        id: w.id,
+                        at: table_catalog::cli_support::env::now(),
+                        latency: started.elapsed(),
+                    });
                     if !update {
                         written.push(seq);
                     }
@@ -584,7 +589,7 @@ async fn run_one(args: &SimArgs, shards: u16, instances: usize, rate: f64) -> Re
         interval,
     });
     let (cpu_before, traffic_before) = (cpu_seconds(), env.probe.traffic());
-    let started = table_catalog::env::now();
+    let started = table_catalog::cli_support::env::now();
     let deadline = started + Duration::from_secs_f64(args.seconds);
     let clients: Vec<_> = (0..writers).map(|c| tokio::spawn(load.clone().client(c, started, deadline))).collect();
     let mut acks = Vec::new();
@@ -596,7 +601,7 @@ async fn run_one(args: &SimArgs, shards: u16, instances: usize, rate: f64) -> Re
             *failures.entry(k).or_default() += n;
         }
     }
-    let load_ended = table_catalog::env::now();
+    let load_ended = table_catalog::cli_support::env::now();
     let seconds = (load_ended - started).as_secs_f64();
     let cpu_cores = cpu_before.zip(cpu_seconds()).map(|(b, a)| (a - b) / seconds);
     let wal_traffic = wal_traffic(&traffic_since(env.probe.traffic(), &traffic_before), seconds);
@@ -604,7 +609,7 @@ async fn run_one(args: &SimArgs, shards: u16, instances: usize, rate: f64) -> Re
     // Drain (bounded): until every acknowledged entry has been removed from pending (for the
     // visibility lag) and every apply hint consumed (so the requests per write include
     // handling the hints). The queue is read on the embedded store directly: not counted.
-    let drain_started = table_catalog::env::now();
+    let drain_started = table_catalog::cli_support::env::now();
     let drain_deadline = drain_started + Duration::from_secs_f64(args.drain_secs);
     let hints_left = loop {
         let changed = env.probe.changed.notified();
@@ -613,7 +618,7 @@ async fn run_one(args: &SimArgs, shards: u16, instances: usize, rate: f64) -> Re
             acks.iter().filter(|a| !removed.contains_key(&a.id)).count()
         };
         let hints = env.local.approximate_count(&env.names.queue).await?;
-        if (missing == 0 && hints == 0) || table_catalog::env::now() >= drain_deadline {
+        if (missing == 0 && hints == 0) || table_catalog::cli_support::env::now() >= drain_deadline {
             break hints;
         }
         let _ = tokio::time::timeout(Duration::from_millis(200), changed).await;
@@ -725,7 +730,7 @@ async fn run_backlog(args: &SimArgs, shards: u16, appliers: usize, entries: usiz
     // counted, not probed): `Wal::append` logs without hinting, and nothing applies.
     let loader =
         Catalog::open(env.local.clone(), env.names.clone(), env.schema.clone(), catalog_options(shards)).await?;
-    let log_started = table_catalog::env::now();
+    let log_started = table_catalog::cli_support::env::now();
     let mut latest: BTreeMap<ShardId, WalId> = BTreeMap::new();
     let mut per_shard: BTreeMap<ShardId, usize> = BTreeMap::new();
     let mut i = 0;
@@ -765,13 +770,13 @@ async fn run_backlog(args: &SimArgs, shards: u16, appliers: usize, entries: usiz
     let (counts_before, sim_before, cpu_before) = (env.counts.snapshot(), env.sim.sim().stats(), cpu_seconds());
     let traffic_before = env.probe.traffic();
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let started = table_catalog::env::now();
+    let started = table_catalog::cli_support::env::now();
     let workers: Vec<_> =
         catalogs.iter().map(|c| tokio::spawn(server::run_worker(c.clone(), opts.clone(), stop_rx.clone()))).collect();
     let deadline = started + Duration::from_secs_f64(args.drain_secs);
     loop {
         let changed = env.probe.changed.notified();
-        if env.removed_count()? >= entries || table_catalog::env::now() >= deadline {
+        if env.removed_count()? >= entries || table_catalog::cli_support::env::now() >= deadline {
             break;
         }
         let _ = tokio::time::timeout(Duration::from_millis(200), changed).await;

@@ -7,7 +7,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use table_catalog::env::Instant;
+use table_catalog::cli_support::env::Instant;
 
 use anyhow::{bail, Result};
 use clap::Args;
@@ -64,11 +64,11 @@ async fn client_loop(
 ) -> ClientResult {
     let mut out = ClientResult { latencies: Vec::new(), errors: Vec::new() };
     let mut seq = 0u64;
-    while table_catalog::env::now() < deadline {
+    while table_catalog::cli_support::env::now() < deadline {
         let url = &urls[(client + seq as usize) % urls.len()];
         let body = airport(&tag, client, seq);
         seq += 1;
-        let started = table_catalog::env::now();
+        let started = table_catalog::cli_support::env::now();
         let sent = http.post(format!("{url}/api/records?upsert=true")).json(&body).send().await;
         match sent {
             Ok(resp) if resp.status().is_success() => {
@@ -103,7 +103,7 @@ pub async fn run(args: WriteArgs) -> Result<()> {
     );
     let http = reqwest::Client::builder().pool_max_idle_per_host(args.clients).build()?;
     let (urls, tag) = (Arc::new(urls), Arc::new(tag));
-    let started = table_catalog::env::now();
+    let started = table_catalog::cli_support::env::now();
     let deadline = started + Duration::from_secs_f64(args.seconds);
     let tasks: Vec<_> = (0..args.clients)
         .map(|c| tokio::spawn(client_loop(http.clone(), urls.clone(), tag.clone(), c, deadline)))

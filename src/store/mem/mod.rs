@@ -18,10 +18,10 @@
 //!   anything, under one `std::sync::Mutex`, and iterates only ordered maps;
 //! - ETags are `W/"1"`, `W/"2"`, ... from a per-store counter; queue message ids (`msg-1`,
 //!   ...) and pop receipts (`rcpt-1`, ...) come from counters too;
-//! - queue visibility reads "now" from [`crate::env::now`] in one private helper
+//! - queue visibility reads "now" from `crate::env::now` in one private helper
 //!   (`queues::now`): it follows tokio's paused clock in the simulator and real time
 //!   elsewhere;
-//! - keys compare by UTF-16 code units ([`crate::keys::cmp_utf16`]), the order of the Table
+//! - keys compare by UTF-16 code units (`crate::keys::cmp_utf16`), the order of the Table
 //!   service, Azurite and the embedded store's `UTF16` collation: astral characters
 //!   (surrogate pairs) sort below U+E000..U+FFFF;
 //! - receives return the visible messages in (visible since, put order) order, as the
@@ -90,7 +90,7 @@ impl MemStore {
     /// An empty store whose query pages are cut at random: each page, the first of a query
     /// included, with probability `probability` (clamped to 0..=1) holds a number of
     /// entities drawn uniformly from 0 to its limit less one, and carries a token when
-    /// entities are left after it. Draws come from [`crate::env::with_rng`], so in a
+    /// entities are left after it. Draws come from `crate::env::with_rng`, so in a
     /// simulation the cuts replay from its seed; the expected number of pages per query grows
     /// by a factor of at most 1 / (1 - `probability`), so a query always ends.
     pub fn with_random_short_pages(probability: f64) -> MemStore {

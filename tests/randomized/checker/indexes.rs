@@ -54,6 +54,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+use table_catalog::testing::CatalogInternals;
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -62,8 +63,8 @@ use table_catalog::catalog::Catalog;
 use table_catalog::indexes;
 use table_catalog::query::Filter;
 use table_catalog::record::Record;
-use table_catalog::schema::IndexState;
 use table_catalog::store::PartitionRange;
+use table_catalog::testing::schema::IndexState;
 use table_catalog::Error;
 
 use super::linearizable::Filter as FieldFilter;
@@ -343,7 +344,7 @@ async fn stall_state(c: &Catalog) -> String {
     let status = c.status().await;
     let shards = status.as_ref().map(|s| s.shards.len()).unwrap_or(1);
     for i in 0..shards {
-        let Some(shard) = table_catalog::wal::ShardId::new(i as u16) else { continue };
+        let Some(shard) = table_catalog::testing::wal::ShardId::new(i as u16) else { continue };
         let counts = status
             .as_ref()
             .ok()
@@ -354,7 +355,7 @@ async fn stall_state(c: &Catalog) -> String {
         match c.wal().pending_page(shard, 3).await {
             Ok(head) => {
                 for e in head {
-                    let line = match table_catalog::wal::WalEntry::from_entity(&e) {
+                    let line = match table_catalog::testing::wal::WalEntry::from_entity(&e) {
                         Ok(w) => format!("{} schema {} {} at {:?}", w.id, w.schema_version, w.op.name(), w.at),
                         Err(bad) => format!("{} unreadable: {}", e.row_key, bad.reason),
                     };

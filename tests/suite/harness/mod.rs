@@ -46,9 +46,9 @@ use std::time::{Duration, Instant};
 
 use base64::Engine as _;
 use serde_json::Value;
-use table_catalog::settings;
 use table_catalog::store::azure::AzureStore;
 use table_catalog::store::{QueueStore, ReceivedMessage, TableStore};
+use table_catalog::testing::settings;
 
 use app::{resolve_setting_refs, App, HttpMode, Trigger};
 use payload::Verdict;
