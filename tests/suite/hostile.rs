@@ -87,6 +87,11 @@ async fn rows(c: &Catalog) -> Rows {
 }
 
 /// A catalog under attack, with the bookkeeping to prove that bad input wrote nothing.
+/// `verify` over the whole catalog table (panics on a storage error, as the tests do).
+async fn verify_catalog(c: &Catalog) -> table_catalog::testing::verify::VerifyReport {
+    table_catalog::testing::verify::verify(c.store().as_ref(), &c.names().table, &c.schema()).await.unwrap()
+}
+
 struct Harness {
     backend: Backend,
     catalog: Arc<Catalog>,
@@ -586,13 +591,7 @@ async fn http_identifiers_with_reserved_and_control_characters_round_trip() {
                 .unwrap(),
         );
         assert_eq!(live.len(), values.len() - 4, "{backend:?}: a delete by a hostile value removed other records");
-        let report = table_catalog::testing::verify::verify(
-            h.catalog.store().as_ref(),
-            &h.catalog.names().table,
-            &h.catalog.schema(),
-        )
-        .await
-        .unwrap();
+        let report = verify_catalog(&h.catalog).await;
         assert!(report.ok(), "{backend:?}: {:?}", report.violations);
         h.accepted("after deletes").await;
         h.canary("after hostile identifiers").await;
@@ -707,13 +706,7 @@ async fn http_odd_but_valid_records_round_trip_exactly() {
             assert_exact(&format!("{backend:?} PUT {ctx}"), &found[0], &r);
         }
         h.accepted("PUT").await;
-        let report = table_catalog::testing::verify::verify(
-            h.catalog.store().as_ref(),
-            &h.catalog.names().table,
-            &h.catalog.schema(),
-        )
-        .await
-        .unwrap();
+        let report = verify_catalog(&h.catalog).await;
         assert!(report.ok(), "{backend:?}: {:?}", report.violations);
         h.canary("after odd records").await;
     }
@@ -1217,8 +1210,7 @@ async fn library_hostile_identifiers_and_odd_records_round_trip() {
             }
         }
         h.accepted("odd records").await;
-        let report =
-            table_catalog::testing::verify::verify(c.store().as_ref(), &c.names().table, &c.schema()).await.unwrap();
+        let report = verify_catalog(&c).await;
         assert!(report.ok(), "{backend:?}: {:?}", report.violations);
         h.canary("after library round trips").await;
     }
@@ -1506,8 +1498,7 @@ async fn queue_intents_with_hostile_values_and_message_ids_apply_once() {
         }
         assert_eq!(take_poison(&c).await, Vec::<Value>::new(), "{backend:?}: valid intents were poisoned");
         h.accepted("message ids").await;
-        let report =
-            table_catalog::testing::verify::verify(c.store().as_ref(), &c.names().table, &c.schema()).await.unwrap();
+        let report = verify_catalog(&c).await;
         assert!(report.ok(), "{backend:?}: {:?}", report.violations);
         h.canary("after intents").await;
     }
@@ -1694,8 +1685,7 @@ async fn cli_state(dir: &Path, ctx: &str) -> (Catalog, usize) {
     let c = open_cli_catalog(dir).await;
     let status = c.status().await.unwrap();
     assert_eq!((status.pending, status.dead), (0, 0), "{ctx}: pending/dead after import");
-    let report =
-        table_catalog::testing::verify::verify(c.store().as_ref(), &c.names().table, &c.schema()).await.unwrap();
+    let report = verify_catalog(&c).await;
     assert!(report.ok(), "{ctx}: {:?}", report.violations);
     (c, report.records)
 }
