@@ -23,6 +23,9 @@
 #                         staged zip content and is recreated on each run
 #   TC_PACKAGE_TARGET     Rust target triple (default x86_64-unknown-linux-musl); a
 #                         `x86_64-unknown-linux-gnu.2.17` style target builds with cargo-zigbuild
+#   TC_PACKAGE_PROFILE    cargo profile of the build (default `release`, what a deployment gets);
+#                         the test command's package check uses `package-check` (Cargo.toml: the
+#                         release profile without optimisation, for build time only)
 #   TC_PACKAGE_BINARY     package this prebuilt binary instead of building a release one (it must
 #                         pass the same linkage check)
 #   CARGO_TARGET_DIR      honoured (the build output location is read from `cargo metadata`)
@@ -91,6 +94,8 @@ install_zigbuild() {
 }
 
 rust_target="${target%%.*}" # x86_64-unknown-linux-gnu.2.17 -> x86_64-unknown-linux-gnu
+profile="${TC_PACKAGE_PROFILE:-release}"
+[[ "$profile" =~ ^[a-z][a-z0-9-]*$ ]] || die "TC_PACKAGE_PROFILE: '$profile' is not a cargo profile name"
 build=(cargo build)
 if [[ -n "${TC_PACKAGE_BINARY:-}" ]]; then
     # Package an already built binary; it gets the same linkage check as a fresh build.
@@ -111,12 +116,12 @@ else
         install_zigbuild || die "$target needs cargo-zigbuild and ziglang, which could not be installed"
         build=(cargo zigbuild)
     fi
-    note "building $bin_name (release, $target, ${build[*]})"
-    (cd "$root" && "${build[@]}" --release --target "$target" --bin "$bin_name") >&2 ||
-        die "${build[*]} --release --target $target failed"
+    note "building $bin_name (profile $profile, $target, ${build[*]})"
+    (cd "$root" && "${build[@]}" --profile "$profile" --target "$target" --bin "$bin_name") >&2 ||
+        die "${build[*]} --profile $profile --target $target failed"
     target_dir="$(cd "$root" && cargo metadata --format-version 1 --no-deps |
         python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')"
-    binary="$target_dir/$rust_target/release/$bin_name"
+    binary="$target_dir/$rust_target/$profile/$bin_name"
 fi
 [[ -f "$binary" ]] || die "build produced no $binary"
 
