@@ -1,6 +1,7 @@
 //! Shared test helpers: a catalog on each backend the run has (the embedded store always;
 //! Azurite when `TC_TEST_AZURE_CONNECTION` is set, which `scripts/test.sh` does; without it
-//! the Azurite variant is reported as skipped, see [`skip`]).
+//! the Azurite variant is reported as skipped, see [`skip`]), one test per backend through
+//! [`backend_tests!`].
 #![allow(dead_code)]
 
 pub mod history_fixtures;
@@ -84,6 +85,8 @@ macro_rules! backend_tests {
         $crate::backend_tests!(@test [] [] $($rest)+);
     };
 }
+// Unused in tests/randomized, which has no per-backend tests.
+#[allow(unused_imports)]
 pub use crate::backend_tests;
 
 /// The backends this run tests: the embedded store, and Azurite when the run has it (else
