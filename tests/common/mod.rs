@@ -1,6 +1,7 @@
 //! Shared test helpers: a catalog on each backend the run has (the embedded store always;
 //! Azurite when `TC_TEST_AZURE_CONNECTION` is set, which `scripts/test.sh` does; without it
-//! the Azurite variant is reported as skipped, see [`skip`]).
+//! the Azurite variant is reported as skipped, see [`skip`]), one test per backend through
+//! [`backend_tests!`].
 #![allow(dead_code)]
 
 pub mod history_fixtures;
@@ -27,8 +28,70 @@ pub enum Backend {
     Simulated,
 }
 
+/// One test per backend: turns
+///
+/// ```ignore
+/// common::backend_tests! {
+///     /// What the test shows.
+///     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+///     async fn name(backend) { /* the body, with `backend: Backend` */ }
+/// }
+/// ```
+///
+/// into a module `name` (with the doc comments and any `#[cfg(..)]`) holding the body as
+/// `async fn body(backend: Backend)` and two tests with the other attributes: `name::local`
+/// on [`Backend::Local`] and `name::azurite` on [`Backend::Azurite`], which, when the run
+/// has no Azurite (`TC_TEST_AZURE_CONNECTION` unset), reports itself as skipped
+/// ([`skip::azurite`]) and returns. So a failure on one backend does not hide the other's
+/// result, and the two run in parallel; a filter on `name` selects both. The module sees
+/// the file's items and imports (`use super::*`). Several tests may go in one invocation.
+#[macro_export]
+macro_rules! backend_tests {
+    () => {};
+    // Doc comments and `cfg` go on the module, other attributes on each test.
+    (@test [$($m:tt)*] [$($t:tt)*] #[doc $($a:tt)*] $($rest:tt)*) => {
+        $crate::backend_tests!(@test [$($m)* #[doc $($a)*]] [$($t)*] $($rest)*);
+    };
+    (@test [$($m:tt)*] [$($t:tt)*] #[cfg $($a:tt)*] $($rest:tt)*) => {
+        $crate::backend_tests!(@test [$($m)* #[cfg $($a)*]] [$($t)*] $($rest)*);
+    };
+    (@test [$($m:tt)*] [$($t:tt)*] #[$($a:tt)*] $($rest:tt)*) => {
+        $crate::backend_tests!(@test [$($m)*] [$($t)* #[$($a)*]] $($rest)*);
+    };
+    (@test [$($m:tt)*] [$($t:tt)*] async fn $name:ident($backend:ident) $body:block $($rest:tt)*) => {
+        $($m)*
+        mod $name {
+            #[allow(unused_imports)]
+            use super::*;
+
+            async fn body($backend: $crate::common::Backend) $body
+
+            $($t)*
+            async fn local() {
+                body($crate::common::Backend::Local).await
+            }
+
+            $($t)*
+            async fn azurite() {
+                if $crate::common::skip::azurite(&$crate::common::skip::current_test()).is_none() {
+                    return;
+                }
+                body($crate::common::Backend::Azurite).await
+            }
+        }
+        $crate::backend_tests!($($rest)*);
+    };
+    ($($rest:tt)+) => {
+        $crate::backend_tests!(@test [] [] $($rest)+);
+    };
+}
+// Unused in tests/randomized, which has no per-backend tests.
+#[allow(unused_imports)]
+pub use crate::backend_tests;
+
 /// The backends this run tests: the embedded store, and Azurite when the run has it (else
-/// the Azurite variant of the running test is reported as skipped).
+/// the Azurite variant of the running test is reported as skipped). Prefer
+/// [`backend_tests!`], one test per backend.
 pub fn backends() -> Vec<Backend> {
     let mut b = vec![Backend::Local];
     if skip::azurite(&format!("{} (Azurite variant)", skip::current_test())).is_some() {

@@ -177,10 +177,10 @@ async fn crash_while_waiting(backend: common::Backend) {
     drain_and_check(&y, &inner, &names, &label).await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn crash_while_a_filter_entry_waits_at_the_barrier_recovers_in_id_order() {
-    let _turn = TURN.lock().await;
-    for backend in common::backends() {
+common::backend_tests! {
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn crash_while_a_filter_entry_waits_at_the_barrier_recovers_in_id_order(backend) {
+        let _turn = TURN.lock().await;
         crash_while_waiting(backend).await;
     }
 }

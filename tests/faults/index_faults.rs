@@ -29,10 +29,10 @@ fn airports(n: usize) -> Vec<Record> {
     rows.into_iter().take(n).map(|(_, r)| r.expect("valid airport row")).collect()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_index_change_stopped_at_any_point_completes_when_run_again() {
-    let _turn = crate::TURN.lock().await; // see tests/faults/main.rs
-    for backend in common::backends() {
+common::backend_tests! {
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_index_change_stopped_at_any_point_completes_when_run_again(backend) {
+        let _turn = crate::TURN.lock().await; // see tests/faults/main.rs
         for point in faults::SCHEMA_POINTS {
             let label = format!("{backend:?}, {point}");
             let c = common::catalog_with(backend, common::airports_schema(), CatalogOptions::default()).await;

@@ -56,12 +56,13 @@ async fn keys_of(c: &Catalog) -> BTreeSet<String> {
     rows.into_iter().map(|e| e.partition_key).collect()
 }
 
-/// One test function: the new secret is an environment setting, read when the runner is made.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_rebuild_job_rotates_the_hash_key_and_changes_the_row_key() {
-    let _turn = crate::TURN.lock().await; // see tests/faults/main.rs
-    std::env::set_var(settings::REBUILD_HASH_KEY, NEW_KEY);
-    for backend in common::backends() {
+common::backend_tests! {
+    /// The new secret is an environment setting, read when the runner is made: each backend's
+    /// test sets it while it holds `TURN` and removes it at its end.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_rebuild_job_rotates_the_hash_key_and_changes_the_row_key(backend) {
+        let _turn = crate::TURN.lock().await; // see tests/faults/main.rs
+        std::env::set_var(settings::REBUILD_HASH_KEY, NEW_KEY);
         let src = source(backend, false).await;
         let into = common::unique_name("dst");
         let params = json!({"into": into, "row_key": "firstname", "segment": 20});
@@ -109,6 +110,6 @@ async fn a_rebuild_job_rotates_the_hash_key_and_changes_the_row_key() {
             let e = Jobs::for_catalog(src.clone()).start(JobKind::Rebuild, params).await.unwrap_err().to_string();
             assert!(e.contains(needle), "{e} does not mention {needle}");
         }
+        std::env::remove_var(settings::REBUILD_HASH_KEY);
     }
-    std::env::remove_var(settings::REBUILD_HASH_KEY);
 }

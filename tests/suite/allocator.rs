@@ -39,9 +39,9 @@ fn hours_from_now(hours: i64) -> i64 {
     table_catalog::testing::wal::id::now_micros() + hours * 3600 * 1_000_000
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_id_issued_after_an_ack_in_another_process_is_larger_whatever_the_clocks() {
-    for backend in common::backends() {
+common::backend_tests! {
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_id_issued_after_an_ack_in_another_process_is_larger_whatever_the_clocks(backend) {
         let (store, names) = fresh(backend);
         // Three "processes": clocks 10 s ahead, right, and 10 s behind.
         let fast = open(store.clone(), &names, 10_000_000).await;
@@ -58,9 +58,9 @@ async fn an_id_issued_after_an_ack_in_another_process_is_larger_whatever_the_clo
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn concurrent_appends_get_distinct_ids_in_acknowledgement_order() {
-    for backend in common::backends() {
+common::backend_tests! {
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn concurrent_appends_get_distinct_ids_in_acknowledgement_order(backend) {
         let (store, names) = fresh(backend);
         let a = Arc::new(open(store.clone(), &names, 0).await);
         let b = Arc::new(open(store.clone(), &names, -5_000_000).await);
@@ -92,11 +92,11 @@ async fn concurrent_appends_get_distinct_ids_in_acknowledgement_order() {
     }
 }
 
-#[tokio::test]
-async fn the_sweeper_prunes_clock_rows_of_processes_long_gone_but_never_the_maximum() {
-    use table_catalog::store::{Entity, Value};
-    use table_catalog::testing::wal::clock::{row_key, CLOCK};
-    for backend in common::backends() {
+common::backend_tests! {
+    #[tokio::test]
+    async fn the_sweeper_prunes_clock_rows_of_processes_long_gone_but_never_the_maximum(backend) {
+        use table_catalog::store::{Entity, Value};
+        use table_catalog::testing::wal::clock::{row_key, CLOCK};
         let (store, names) = fresh(backend);
         let c = open(store.clone(), &names, 0).await;
         c.upsert(rec(1), false).await.unwrap();
@@ -126,10 +126,10 @@ async fn the_sweeper_prunes_clock_rows_of_processes_long_gone_but_never_the_maxi
     }
 }
 
-#[tokio::test]
-async fn a_catalog_with_legacy_clock_rows_keeps_its_ids_increasing_and_the_sweeper_retires_them() {
-    use table_catalog::store::{Entity, Value};
-    for backend in common::backends() {
+common::backend_tests! {
+    #[tokio::test]
+    async fn a_catalog_with_legacy_clock_rows_keeps_its_ids_increasing_and_the_sweeper_retires_them(backend) {
+        use table_catalog::store::{Entity, Value};
         let (store, names) = fresh(backend);
         store.create_table(&names.wal_table).await.unwrap();
         // Rows of the two earlier designs: the single sequencer row and a per-process row,
@@ -157,11 +157,11 @@ async fn a_catalog_with_legacy_clock_rows_keeps_its_ids_increasing_and_the_sweep
     }
 }
 
-#[tokio::test]
-async fn the_clock_partition_holds_one_row_per_process() {
-    use futures::TryStreamExt;
-    use table_catalog::store::{pager, RowRange};
-    for backend in common::backends() {
+common::backend_tests! {
+    #[tokio::test]
+    async fn the_clock_partition_holds_one_row_per_process(backend) {
+        use futures::TryStreamExt;
+        use table_catalog::store::{pager, RowRange};
         let (store, names) = fresh(backend);
         let a = open(store.clone(), &names, 0).await;
         let b = open(store.clone(), &names, 0).await;
@@ -177,11 +177,11 @@ async fn the_clock_partition_holds_one_row_per_process() {
     }
 }
 
-#[tokio::test]
-async fn a_one_entity_page_is_the_first_row_in_rowkey_order_whatever_the_insertion_order() {
-    use futures::TryStreamExt;
-    use table_catalog::store::{pager, Entity, RowRange};
-    for backend in common::backends() {
+common::backend_tests! {
+    #[tokio::test]
+    async fn a_one_entity_page_is_the_first_row_in_rowkey_order_whatever_the_insertion_order(backend) {
+        use futures::TryStreamExt;
+        use table_catalog::store::{pager, Entity, RowRange};
         let store = common::store(backend);
         let table = common::unique_name("topone");
         store.create_table(&table).await.unwrap();
@@ -196,19 +196,19 @@ async fn a_one_entity_page_is_the_first_row_in_rowkey_order_whatever_the_inserti
     }
 }
 
-/// Publications of one process ran one after the other, one store write each, so a process
-/// completed at most one append round per publication (one per commit on the embedded
-/// store): publications queued behind a running one are served by the next, which publishes
-/// the largest value asked for, and each caller still returns only once its value is covered.
-#[cfg(feature = "testing")]
-#[tokio::test]
-async fn publications_queued_behind_a_running_one_are_served_by_the_next() {
-    use table_catalog::store::counting::CountingStore;
-    use table_catalog::store::fault::{Fault, FaultStore, Gate, Rule, Trigger};
-    use table_catalog::store::op::OpKind;
-    use table_catalog::store::TableStore;
-    use table_catalog::testing::wal::clock::Clock;
-    for backend in common::backends() {
+common::backend_tests! {
+    /// Publications of one process ran one after the other, one store write each, so a process
+    /// completed at most one append round per publication (one per commit on the embedded
+    /// store): publications queued behind a running one are served by the next, which publishes
+    /// the largest value asked for, and each caller still returns only once its value is covered.
+    #[cfg(feature = "testing")]
+    #[tokio::test]
+    async fn publications_queued_behind_a_running_one_are_served_by_the_next(backend) {
+        use table_catalog::store::counting::CountingStore;
+        use table_catalog::store::fault::{Fault, FaultStore, Gate, Rule, Trigger};
+        use table_catalog::store::op::OpKind;
+        use table_catalog::store::TableStore;
+        use table_catalog::testing::wal::clock::Clock;
         let counting = Arc::new(CountingStore::new(common::store(backend)));
         let faulty = Arc::new(FaultStore::new(counting.clone(), 1));
         let table = common::unique_name("coalesce");
@@ -253,15 +253,15 @@ async fn publications_queued_behind_a_running_one_are_served_by_the_next() {
     }
 }
 
-/// The hinter spaces its hints by the process's share of the writes (src/hinter.rs), which
-/// each clock read estimates from whose publication is on top (`WriteShare`). A process
-/// alone keeps a share of 1; two processes taking turns each see the other's publication on
-/// top at every read, so both shares fall far below 1 (the hints of both together then stay
-/// at about one per gap).
-#[tokio::test]
-async fn a_process_alone_has_the_whole_write_share_and_two_taking_turns_split_it() {
-    use table_catalog::testing::wal::clock::Clock;
-    for backend in common::backends() {
+common::backend_tests! {
+    /// The hinter spaces its hints by the process's share of the writes (src/hinter.rs), which
+    /// each clock read estimates from whose publication is on top (`WriteShare`). A process
+    /// alone keeps a share of 1; two processes taking turns each see the other's publication on
+    /// top at every read, so both shares fall far below 1 (the hints of both together then stay
+    /// at about one per gap).
+    #[tokio::test]
+    async fn a_process_alone_has_the_whole_write_share_and_two_taking_turns_split_it(backend) {
+        use table_catalog::testing::wal::clock::Clock;
         let store = common::store(backend);
         let table = common::unique_name("share");
         store.create_table(&table).await.unwrap();
@@ -284,22 +284,22 @@ async fn a_process_alone_has_the_whole_write_share_and_two_taking_turns_split_it
     }
 }
 
-/// Append rounds in flight follow the process's share of the writes (src/wal/append.rs,
-/// `rounds_for`): a process alone starts a new round for each write that arrives while
-/// fewer than `MAX_ROUNDS` run; a process that sees other processes' publications on top at
-/// every read (a small share) runs one, and the writes that arrive meanwhile wait for the
-/// next. Each round's clock read (a query on the WAL table) is held at a gate, so the reads
-/// that reach it are the rounds in flight. Writes arrive one at a time (a round takes every
-/// write queued when it starts, so writes spawned together would share one round whatever
-/// the limit).
-#[cfg(feature = "testing")]
-#[tokio::test]
-async fn a_process_with_a_small_share_of_the_writes_runs_one_append_round_at_a_time() {
-    use std::time::Duration;
-    use table_catalog::store::fault::{Fault, FaultStore, Gate, Rule, Trigger};
-    use table_catalog::store::op::OpKind;
-    use table_catalog::testing::wal::append::MAX_ROUNDS;
-    for backend in common::backends() {
+common::backend_tests! {
+    /// Append rounds in flight follow the process's share of the writes (src/wal/append.rs,
+    /// `rounds_for`): a process alone starts a new round for each write that arrives while
+    /// fewer than `MAX_ROUNDS` run; a process that sees other processes' publications on top at
+    /// every read (a small share) runs one, and the writes that arrive meanwhile wait for the
+    /// next. Each round's clock read (a query on the WAL table) is held at a gate, so the reads
+    /// that reach it are the rounds in flight. Writes arrive one at a time (a round takes every
+    /// write queued when it starts, so writes spawned together would share one round whatever
+    /// the limit).
+    #[cfg(feature = "testing")]
+    #[tokio::test]
+    async fn a_process_with_a_small_share_of_the_writes_runs_one_append_round_at_a_time(backend) {
+        use std::time::Duration;
+        use table_catalog::store::fault::{Fault, FaultStore, Gate, Rule, Trigger};
+        use table_catalog::store::op::OpKind;
+        use table_catalog::testing::wal::append::MAX_ROUNDS;
         for (others_write, rounds) in [(false, MAX_ROUNDS), (true, 1)] {
             let faulty = Arc::new(FaultStore::new(common::store(backend), 1));
             let names = Names::new(&common::unique_name("rounds"), None, None).unwrap();

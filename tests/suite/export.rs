@@ -24,9 +24,9 @@ async fn export_lines(c: &Catalog) -> Vec<String> {
     lines
 }
 
-#[tokio::test]
-async fn export_then_import_into_an_empty_catalog_reproduces_it() {
-    for backend in common::backends() {
+common::backend_tests! {
+    #[tokio::test]
+    async fn export_then_import_into_an_empty_catalog_reproduces_it(backend) {
         let first = common::airports_catalog(backend).await;
         let rows = import::read_csv(&airports_subset(150), &first.schema()).unwrap();
         let summary = import::import_rows(&first, rows, 100, |_| {}).await.unwrap();

@@ -188,16 +188,16 @@ async fn no_plaintext_ssn_in_the_raw_table(backend: common::Backend, redact: boo
     assert!(err.contains("hashed keys [ssn]"), "{ctx}: {err}");
 }
 
-#[tokio::test]
-async fn hashed_ssn_never_appears_in_a_key_and_lookups_by_ssn_work() {
-    for backend in common::backends() {
+common::backend_tests! {
+    #[tokio::test]
+    async fn hashed_ssn_never_appears_in_a_key_and_lookups_by_ssn_work(backend) {
         no_plaintext_ssn_in_the_raw_table(backend, false).await;
     }
 }
 
-#[tokio::test]
-async fn redacted_ssn_appears_nowhere_in_the_catalog_or_the_wal() {
-    for backend in common::backends() {
+common::backend_tests! {
+    #[tokio::test]
+    async fn redacted_ssn_appears_nowhere_in_the_catalog_or_the_wal(backend) {
         no_plaintext_ssn_in_the_raw_table(backend, true).await;
     }
 }
@@ -223,11 +223,11 @@ async fn requests(backend: common::Backend, schema: Schema, writes: usize) -> [u
     [logged.since(&start).total, applied.since(&logged).total, read.since(&applied).total]
 }
 
-/// Hashing adds no storage request: the keys are computed locally. Printed for
-/// docs/BENCHMARKS.md.
-#[tokio::test]
-async fn hashing_costs_no_extra_storage_request() {
-    for backend in common::backends() {
+common::backend_tests! {
+    /// Hashing adds no storage request: the keys are computed locally. Printed for
+    /// docs/BENCHMARKS.md.
+    #[tokio::test]
+    async fn hashing_costs_no_extra_storage_request(backend) {
         const WRITES: usize = 20;
         let plain = Schema::new(vec!["eid".into(), "ssn".into(), "npi".into()], "lastname").unwrap();
         let plain = requests(backend, plain, WRITES).await;

@@ -63,13 +63,13 @@ fn summary(h: &[HistoryEntry]) -> Vec<(ChangeOp, String, Option<Value>)> {
     h.iter().map(|e| (e.op, e.wal_id.clone(), e.record.as_ref().map(|r| r["elevation"].clone()))).collect()
 }
 
-/// Upserts of one record logged together (one merged run: only the last reaches the catalog
-/// rows, each gets its history row), a replace in place, a replace that moves a record to
-/// a new identity, a delete: one row per (identity, change), newest first; applying every
-/// entry again writes no second row.
-#[tokio::test]
-async fn every_applied_change_has_exactly_one_history_row_newest_first() {
-    for backend in common::backends() {
+common::backend_tests! {
+    /// Upserts of one record logged together (one merged run: only the last reaches the catalog
+    /// rows, each gets its history row), a replace in place, a replace that moves a record to
+    /// a new identity, a delete: one row per (identity, change), newest first; applying every
+    /// entry again writes no second row.
+    #[tokio::test]
+    async fn every_applied_change_has_exactly_one_history_row_newest_first(backend) {
         let store = common::store(backend);
         let names = Names::new(&common::unique_name("hist"), None, None).unwrap();
         let c = open(store.clone(), &names, options(HistoryOptions::on())).await;
@@ -185,12 +185,12 @@ async fn history_costs_one_insert_per_record_per_apply_group() {
     assert_eq!(store.layer().get(), before, "history off: no history request");
 }
 
-/// `TABLE_CATALOG_HISTORY_MAX`: a record's history is trimmed back to the newest M rows when
-/// a change finds more than M + M/10; `TABLE_CATALOG_HISTORY_DAYS`: rows older than D days
-/// go at the record's next change.
-#[tokio::test]
-async fn retention_trims_by_count_and_by_age() {
-    for backend in common::backends() {
+common::backend_tests! {
+    /// `TABLE_CATALOG_HISTORY_MAX`: a record's history is trimmed back to the newest M rows when
+    /// a change finds more than M + M/10; `TABLE_CATALOG_HISTORY_DAYS`: rows older than D days
+    /// go at the record's next change.
+    #[tokio::test]
+    async fn retention_trims_by_count_and_by_age(backend) {
         let store = common::store(backend);
         let names = Names::new(&common::unique_name("histret"), None, None).unwrap();
         let max = HistoryOptions { max_per_record: Some(10), ..HistoryOptions::on() };
@@ -262,15 +262,15 @@ async fn the_http_api_pages_the_history_newest_first() {
     assert_eq!(s, StatusCode::NOT_FOUND);
 }
 
-/// Storage requests per write, history off and on, counted by the `status` counting layer
-/// (`CountingStore`), on each backend: a bulk write of 1,000 new records (logged in one
-/// append, applied in runs of 64) and 100 single upserts applied one at a time (`wait`).
-/// History on costs exactly one request more per record and group. The numbers are printed
-/// for docs/BENCHMARKS.md.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn storage_requests_per_write_with_history_on_and_off() {
-    use table_catalog::store::counting::CountingStore;
-    for backend in common::backends() {
+common::backend_tests! {
+    /// Storage requests per write, history off and on, counted by the `status` counting layer
+    /// (`CountingStore`), on each backend: a bulk write of 1,000 new records (logged in one
+    /// append, applied in runs of 64) and 100 single upserts applied one at a time (`wait`).
+    /// History on costs exactly one request more per record and group. The numbers are printed
+    /// for docs/BENCHMARKS.md.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn storage_requests_per_write_with_history_on_and_off(backend) {
+        use table_catalog::store::counting::CountingStore;
         let mut per_write = Vec::new();
         for history in [HistoryOptions::default(), HistoryOptions::on()] {
             let counting = Arc::new(CountingStore::new(common::store(backend)));

@@ -9,7 +9,7 @@
 //! injection attempts, unicode, huge integers, nested JSON, a field called `operation`) must
 //! be accepted and found again by the same value, exactly as written.
 //!
-//! The HTTP, library and queue cases run on every backend of `common::backends()`.
+//! The HTTP, library and queue cases run on every backend, one test each (`common::backend_tests!`).
 //!
 //! Tests whose name starts with `regression_` reproduce defects this suite found (each fixed
 //! since); they keep them from coming back.
@@ -37,7 +37,7 @@ use table_catalog::testing::keys;
 use table_catalog::testing::messages;
 use table_catalog::Error;
 
-use common::{airports_catalog, backends, Backend};
+use common::{airports_catalog, Backend};
 
 const JSON: Option<&str> = Some("application/json");
 const BAD: StatusCode = StatusCode::BAD_REQUEST;
@@ -506,9 +506,9 @@ fn lookups(r: &Value) -> Vec<(String, String)> {
 // HTTP API
 // ------------------------------------------------------------------------------------------
 
-#[tokio::test]
-async fn http_identifiers_with_reserved_and_control_characters_round_trip() {
-    for backend in backends() {
+common::backend_tests! {
+    #[tokio::test]
+    async fn http_identifiers_with_reserved_and_control_characters_round_trip(backend) {
         let mut h = Harness::new(backend).await;
         let values = hostile_identifiers();
         for (i, v) in values.iter().enumerate() {
@@ -598,9 +598,9 @@ async fn http_identifiers_with_reserved_and_control_characters_round_trip() {
     }
 }
 
-#[tokio::test]
-async fn http_odata_injection_is_a_literal() {
-    for backend in backends() {
+common::backend_tests! {
+    #[tokio::test]
+    async fn http_odata_injection_is_a_literal(backend) {
         let mut h = Harness::new(backend).await;
         let injection = "x' or PartitionKey ne '";
         let records = [
@@ -673,9 +673,9 @@ async fn http_odata_injection_is_a_literal() {
     }
 }
 
-#[tokio::test]
-async fn http_odd_but_valid_records_round_trip_exactly() {
-    for backend in backends() {
+common::backend_tests! {
+    #[tokio::test]
+    async fn http_odd_but_valid_records_round_trip_exactly(backend) {
         let mut h = Harness::new(backend).await;
         for (ctx, r) in odd_but_valid_records() {
             let ctx = format!("{backend:?} {ctx}");
@@ -712,9 +712,9 @@ async fn http_odd_but_valid_records_round_trip_exactly() {
     }
 }
 
-#[tokio::test]
-async fn http_bad_records_get_a_clear_4xx_and_write_nothing() {
-    for backend in backends() {
+common::backend_tests! {
+    #[tokio::test]
+    async fn http_bad_records_get_a_clear_4xx_and_write_nothing(backend) {
         let mut h = Harness::new(backend).await;
         // A record the replace filter matches: a rejected replace must not delete it.
         let victim = json!({"icao": "KVIC", "name": "victim"});
@@ -792,9 +792,9 @@ fn malformed_bodies() -> Vec<(&'static str, Vec<u8>, StatusCode, &'static str)> 
     ]
 }
 
-#[tokio::test]
-async fn http_malformed_bodies_get_400_and_write_nothing() {
-    for backend in backends() {
+common::backend_tests! {
+    #[tokio::test]
+    async fn http_malformed_bodies_get_400_and_write_nothing(backend) {
         let mut h = Harness::new(backend).await;
         for (ctx, body, want, why) in malformed_bodies() {
             for (method, uri) in [
@@ -862,9 +862,9 @@ async fn http_malformed_bodies_get_400_and_write_nothing() {
     }
 }
 
-#[tokio::test]
-async fn http_oversized_bodies_get_413_and_wrong_content_types_415() {
-    for backend in backends() {
+common::backend_tests! {
+    #[tokio::test]
+    async fn http_oversized_bodies_get_413_and_wrong_content_types_415(backend) {
         let mut h = Harness::new(backend).await;
         let huge = json!({"icao": "KHUGE", "name": "huge", "s": "x".repeat(2 * 1024 * 1024)}).to_string();
         for (method, uri) in
@@ -956,9 +956,9 @@ async fn http_oversized_bodies_get_413_and_wrong_content_types_415() {
     }
 }
 
-#[tokio::test]
-async fn http_bad_query_strings_get_400_and_write_nothing() {
-    for backend in backends() {
+common::backend_tests! {
+    #[tokio::test]
+    async fn http_bad_query_strings_get_400_and_write_nothing(backend) {
         let mut h = Harness::new(backend).await;
         let long = "k".repeat(507);
         let body = json!({"icao": "KQS", "name": "query strings"}).to_string();
@@ -1070,9 +1070,9 @@ fn assert_lib_error<T: std::fmt::Debug>(ctx: &str, result: table_catalog::Result
     }
 }
 
-#[tokio::test]
-async fn library_rejects_bad_records_and_filters_and_writes_nothing() {
-    for backend in backends() {
+common::backend_tests! {
+    #[tokio::test]
+    async fn library_rejects_bad_records_and_filters_and_writes_nothing(backend) {
         let mut h = Harness::new(backend).await;
         let victim = rec(json!({"icao": "KVIC", "name": "victim"}));
         h.catalog.insert(victim.clone(), true).await.unwrap();
@@ -1143,9 +1143,9 @@ async fn library_rejects_bad_records_and_filters_and_writes_nothing() {
     }
 }
 
-#[tokio::test]
-async fn library_hostile_identifiers_and_odd_records_round_trip() {
-    for backend in backends() {
+common::backend_tests! {
+    #[tokio::test]
+    async fn library_hostile_identifiers_and_odd_records_round_trip(backend) {
         let mut h = Harness::new(backend).await;
         let c = h.catalog.clone();
         let values = hostile_identifiers();
@@ -1364,9 +1364,9 @@ fn bad_messages() -> Vec<(String, String, &'static str)> {
     out
 }
 
-#[tokio::test]
-async fn queue_intents_that_can_never_succeed_are_poisoned_and_write_nothing() {
-    for backend in backends() {
+common::backend_tests! {
+    #[tokio::test]
+    async fn queue_intents_that_can_never_succeed_are_poisoned_and_write_nothing(backend) {
         let mut h = Harness::new(backend).await;
         let c = h.catalog.clone();
         let poisoner = Dispatcher::apply(c.clone());
@@ -1415,9 +1415,9 @@ async fn queue_intents_that_can_never_succeed_are_poisoned_and_write_nothing() {
     }
 }
 
-#[tokio::test]
-async fn queue_intents_with_hostile_values_and_message_ids_apply_once() {
-    for backend in backends() {
+common::backend_tests! {
+    #[tokio::test]
+    async fn queue_intents_with_hostile_values_and_message_ids_apply_once(backend) {
         let mut h = Harness::new(backend).await;
         let c = h.catalog.clone();
         for (i, v) in hostile_identifiers().iter().enumerate() {
@@ -1504,9 +1504,9 @@ async fn queue_intents_with_hostile_values_and_message_ids_apply_once() {
     }
 }
 
-#[tokio::test]
-async fn handle_message_poisons_invalid_base64_non_utf8_and_bad_intents_and_deletes_them() {
-    for backend in backends() {
+common::backend_tests! {
+    #[tokio::test]
+    async fn handle_message_poisons_invalid_base64_non_utf8_and_bad_intents_and_deletes_them(backend) {
         let mut h = Harness::new(backend).await;
         let c = h.catalog.clone();
         let queue = c.names().queue.clone();
@@ -1942,12 +1942,12 @@ async fn acknowledged_means_stored(h: &mut Harness, ctx: &str, r: &Value) {
     h.canary(ctx).await;
 }
 
-/// BUG: a nested value is stored as its JSON text in one string property, and that text is
-/// not checked against the 32,768-unit property limit (only top-level strings are). Azure
-/// refuses the row when it is applied, so the entry goes dead after a 201.
-#[tokio::test]
-async fn regression_a_nested_value_over_the_property_limit_is_stored_once_acknowledged() {
-    for backend in backends() {
+common::backend_tests! {
+    /// BUG: a nested value is stored as its JSON text in one string property, and that text is
+    /// not checked against the 32,768-unit property limit (only top-level strings are). Azure
+    /// refuses the row when it is applied, so the entry goes dead after a 201.
+    #[tokio::test]
+    async fn regression_a_nested_value_over_the_property_limit_is_stored_once_acknowledged(backend) {
         let mut h = Harness::new(backend).await;
         let r = json!({"icao": "KNEST", "name": "nested", "obj": {"a": "x".repeat(30_000), "b": "y".repeat(30_000)}});
         acknowledged_means_stored(&mut h, "nested value of 60 KB", &r).await;
@@ -1956,12 +1956,12 @@ async fn regression_a_nested_value_over_the_property_limit_is_stored_once_acknow
     }
 }
 
-/// BUG: the system property `_tc` lists the names of every field stored as JSON text; with
-/// many long-named null/nested fields (valid: 251 fields, names of 255 characters, 66 KB of
-/// JSON) it exceeds the 32,768-unit property limit, so the row cannot be written.
-#[tokio::test]
-async fn regression_many_long_named_json_fields_overflow_the_system_property() {
-    for backend in backends() {
+common::backend_tests! {
+    /// BUG: the system property `_tc` lists the names of every field stored as JSON text; with
+    /// many long-named null/nested fields (valid: 251 fields, names of 255 characters, 66 KB of
+    /// JSON) it exceeds the 32,768-unit property limit, so the row cannot be written.
+    #[tokio::test]
+    async fn regression_many_long_named_json_fields_overflow_the_system_property(backend) {
         let mut h = Harness::new(backend).await;
         let mut r = Map::new();
         r.insert("icao".into(), json!("KMETA"));
@@ -1973,12 +1973,12 @@ async fn regression_many_long_named_json_fields_overflow_the_system_property() {
     }
 }
 
-/// BUG: the HTTP body parser accepts nesting up to 127 levels, but the WAL entry wraps the
-/// record one level deeper (`{"op":..,"record":{..}}`), past serde_json's recursion limit of
-/// 128; the entry cannot be read back and is buried as dead after a 201.
-#[tokio::test]
-async fn regression_a_deeply_nested_record_is_stored_once_acknowledged() {
-    for backend in backends() {
+common::backend_tests! {
+    /// BUG: the HTTP body parser accepts nesting up to 127 levels, but the WAL entry wraps the
+    /// record one level deeper (`{"op":..,"record":{..}}`), past serde_json's recursion limit of
+    /// 128; the entry cannot be read back and is buried as dead after a 201.
+    #[tokio::test]
+    async fn regression_a_deeply_nested_record_is_stored_once_acknowledged(backend) {
         let mut h = Harness::new(backend).await;
         for depth in [120usize, 126] {
             let nested = format!("{}{}", "[".repeat(depth), "]".repeat(depth));
@@ -1989,16 +1989,16 @@ async fn regression_a_deeply_nested_record_is_stored_once_acknowledged() {
     }
 }
 
-/// BUG (Azurite backend; emulator defect, avoidable in our client): Azurite decodes request
-/// bodies over 64 KiB chunk by chunk, so a multi-byte UTF-8 character straddling a 64 KiB
-/// boundary becomes U+FFFD. A WAL entry (or catalog row) with more than 64 KiB of non-ASCII
-/// text is stored corrupted: the record is then applied with U+FFFD in it (silently), or,
-/// when the damage pushes a string over 32,768 units, buried dead after a 201. Sending
-/// ASCII-only JSON (`\uXXXX` escapes) to the Table service would avoid it.
-/// (`é` x 30000 in a 60 KB body, and ASCII of any size, round-trip.)
-#[tokio::test]
-async fn regression_azurite_corrupts_non_ascii_text_in_bodies_over_64_kib() {
-    for backend in backends() {
+common::backend_tests! {
+    /// BUG (Azurite backend; emulator defect, avoidable in our client): Azurite decodes request
+    /// bodies over 64 KiB chunk by chunk, so a multi-byte UTF-8 character straddling a 64 KiB
+    /// boundary becomes U+FFFD. A WAL entry (or catalog row) with more than 64 KiB of non-ASCII
+    /// text is stored corrupted: the record is then applied with U+FFFD in it (silently), or,
+    /// when the damage pushes a string over 32,768 units, buried dead after a 201. Sending
+    /// ASCII-only JSON (`\uXXXX` escapes) to the Table service would avoid it.
+    /// (`é` x 30000 in a 60 KB body, and ASCII of any size, round-trip.)
+    #[tokio::test]
+    async fn regression_azurite_corrupts_non_ascii_text_in_bodies_over_64_kib(backend) {
         let mut h = Harness::new(backend).await;
         let mut r = json!({"icao": "KFIVE", "name": "five"});
         for i in 0..5 {
@@ -2026,12 +2026,12 @@ async fn regression_azurite_corrupts_non_ascii_text_in_bodies_over_64_kib() {
     }
 }
 
-/// BUG (Azurite backend): a top-level `-0.0` is stored as an `Edm.Double` and comes back as
-/// `0.0` (Azurite keeps doubles as JavaScript numbers and writes -0 as `0`); the embedded
-/// store keeps the sign, and nested `-0.0` (stored as JSON text) keeps it on every backend.
-#[tokio::test]
-async fn regression_negative_zero_loses_its_sign_on_azurite() {
-    for backend in backends() {
+common::backend_tests! {
+    /// BUG (Azurite backend): a top-level `-0.0` is stored as an `Edm.Double` and comes back as
+    /// `0.0` (Azurite keeps doubles as JavaScript numbers and writes -0 as `0`); the embedded
+    /// store keeps the sign, and nested `-0.0` (stored as JSON text) keeps it on every backend.
+    #[tokio::test]
+    async fn regression_negative_zero_loses_its_sign_on_azurite(backend) {
         let h = Harness::new(backend).await;
         let r = json!({"icao": "KZERO", "name": "negative zero", "neg_zero": -0.0, "nested": [-0.0]});
         let (s, body) = h.call("POST", "/api/records?wait=true", JSON, r.to_string()).await;
@@ -2042,14 +2042,14 @@ async fn regression_negative_zero_loses_its_sign_on_azurite() {
     }
 }
 
-/// Regression: the range bounds lowercased the bound alone, while `keys::row_key` lowercases
-/// "{sort value}:{fingerprint}" as one string. Lowercasing is context-dependent: a final 'Σ'
-/// becomes 'ς', but 'σ' when a letter follows (here the fingerprint, after the
-/// case-ignorable ':'). So a record whose sort value ends in 'Σ' and whose fingerprint starts
-/// with a-f lies outside `row_from..row_to` of its own sort value ("σίσυφοσ:d3.." > "σίσυφος:z").
-#[tokio::test]
-async fn regression_sort_range_misses_a_sort_value_ending_in_capital_sigma() {
-    for backend in backends() {
+common::backend_tests! {
+    /// Regression: the range bounds lowercased the bound alone, while `keys::row_key` lowercases
+    /// "{sort value}:{fingerprint}" as one string. Lowercasing is context-dependent: a final 'Σ'
+    /// becomes 'ς', but 'σ' when a letter follows (here the fingerprint, after the
+    /// case-ignorable ':'). So a record whose sort value ends in 'Σ' and whose fingerprint starts
+    /// with a-f lies outside `row_from..row_to` of its own sort value ("σίσυφοσ:d3.." > "σίσυφος:z").
+    #[tokio::test]
+    async fn regression_sort_range_misses_a_sort_value_ending_in_capital_sigma(backend) {
         let h = Harness::new(backend).await;
         let name = "ΣΊΣΥΦΟΣ";
         // An identifier whose fingerprint starts with a letter.

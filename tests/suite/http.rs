@@ -6,7 +6,7 @@ use axum::body::Body;
 use axum::http::StatusCode;
 use serde_json::{json, Value};
 
-use common::{airports_catalog, backends, call};
+use common::{airports_catalog, call};
 
 fn jfk() -> Value {
     json!({"icao": "KJFK", "iata": "JFK", "lid": "JFK", "name": "John F Kennedy International Airport", "elevation": 13})
@@ -14,9 +14,9 @@ fn jfk() -> Value {
 
 const JSON: Option<&str> = Some("application/json");
 
-#[tokio::test]
-async fn write_then_look_up_by_every_identifier() {
-    for backend in backends() {
+common::backend_tests! {
+    #[tokio::test]
+    async fn write_then_look_up_by_every_identifier(backend) {
         let app = table_catalog::http::router(airports_catalog(backend).await);
         let (s, body) = call(&app, "POST", "/api/records?wait=true", JSON, jfk().to_string()).await;
         assert_eq!(s, StatusCode::CREATED, "{backend:?} {body}");
@@ -45,9 +45,9 @@ async fn write_then_look_up_by_every_identifier() {
     }
 }
 
-#[tokio::test]
-async fn replace_and_batch() {
-    for backend in backends() {
+common::backend_tests! {
+    #[tokio::test]
+    async fn replace_and_batch(backend) {
         let app = table_catalog::http::router(airports_catalog(backend).await);
         let batch = json!([
             {"icao": "KLGA", "iata": "LGA", "name": "LaGuardia Airport"},
@@ -86,9 +86,9 @@ async fn replace_and_batch() {
     }
 }
 
-#[tokio::test]
-async fn paging_with_continuation() {
-    for backend in backends() {
+common::backend_tests! {
+    #[tokio::test]
+    async fn paging_with_continuation(backend) {
         let app = table_catalog::http::router(airports_catalog(backend).await);
         let batch: Vec<Value> = (0..30)
             .map(|i| json!({"icao": format!("X{i:03}"), "lid": "SHARED", "name": format!("Field {i:02}")}))
@@ -111,9 +111,9 @@ async fn paging_with_continuation() {
     }
 }
 
-#[tokio::test]
-async fn bad_input_gets_a_clear_4xx_and_writes_nothing() {
-    for backend in backends() {
+common::backend_tests! {
+    #[tokio::test]
+    async fn bad_input_gets_a_clear_4xx_and_writes_nothing(backend) {
         let catalog = airports_catalog(backend).await;
         let app = table_catalog::http::router(catalog.clone());
         let mut too_many = serde_json::Map::new();

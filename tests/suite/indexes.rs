@@ -181,9 +181,9 @@ async fn drain(cs: &[Arc<Catalog>; 2]) {
     .await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn indexes_added_and_dropped_while_8_writers_write_leave_a_consistent_catalog() {
-    for backend in common::backends() {
+common::backend_tests! {
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn indexes_added_and_dropped_while_8_writers_write_leave_a_consistent_catalog(backend) {
         let label = format!("{backend:?}");
         let c = common::catalog_with(backend, common::airports_schema(), opts()).await;
         let records = Arc::new(airports(size(backend)));
@@ -240,14 +240,14 @@ async fn indexes_added_and_dropped_while_8_writers_write_leave_a_consistent_cata
     }
 }
 
-/// After another process added an index, a process still holding the old schema learns it
-/// before it logs (its write carries the new version) and before it applies (the row of the
-/// new index is written by a third process that had read the schema before the change):
-/// checked by reading the raw WAL entry and the raw row. Then every shard's lease row says
-/// its appliers use the new version (the change's fence).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_process_with_the_old_schema_logs_and_applies_nothing_with_it() {
-    for backend in common::backends() {
+common::backend_tests! {
+    /// After another process added an index, a process still holding the old schema learns it
+    /// before it logs (its write carries the new version) and before it applies (the row of the
+    /// new index is written by a third process that had read the schema before the change):
+    /// checked by reading the raw WAL entry and the raw row. Then every shard's lease row says
+    /// its appliers use the new version (the change's fence).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_process_with_the_old_schema_logs_and_applies_nothing_with_it(backend) {
         let label = format!("{backend:?}");
         let c = common::catalog_with(backend, common::airports_schema(), opts()).await;
         let (b, d) = (second(&c).await, second(&c).await);
@@ -348,14 +348,14 @@ async fn with_active_country(backend: Backend, label: &str) -> Arc<Catalog> {
     c
 }
 
-/// Found by the randomized checker with index changes (seed 20261121, 1 shard: `moved_row`
-/// at quiescence). A replace whose new record is an identity that exists already, and that
-/// its filter does not match, writes the new record's rows; but the record's row of an added
-/// index whose value changed stays live (nothing reads the stored version, as an upsert's
-/// apply does), so the old value's lookup keeps finding it and verify reports `moved_row`.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_replace_that_moves_an_unmatched_record_to_another_value_of_an_added_index_leaves_no_row_behind() {
-    for backend in common::backends() {
+common::backend_tests! {
+    /// Found by the randomized checker with index changes (seed 20261121, 1 shard: `moved_row`
+    /// at quiescence). A replace whose new record is an identity that exists already, and that
+    /// its filter does not match, writes the new record's rows; but the record's row of an added
+    /// index whose value changed stays live (nothing reads the stored version, as an upsert's
+    /// apply does), so the old value's lookup keeps finding it and verify reports `moved_row`.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_replace_that_moves_an_unmatched_record_to_another_value_of_an_added_index_leaves_no_row_behind(backend) {
         let label = format!("{backend:?}");
         let c = with_active_country(backend, &label).await;
         let mut two = airports(2);
@@ -371,16 +371,16 @@ async fn a_replace_that_moves_an_unmatched_record_to_another_value_of_an_added_i
     }
 }
 
-/// Found by the randomized checker with index changes (seed 20261121, 1 shard, with the
-/// replace above fixed in a scratch copy: `moved_row` at quiescence). A replace is logged in
-/// shard 0 and an upsert of the same record in the record's shard; nothing orders an upsert
-/// after an earlier filter entry, so the newer upsert can be applied first. The replace,
-/// applied after it, is fenced out of every row the upsert wrote, but its row of an added
-/// index whose value differs is new, so it is inserted: a live row of a value the record's
-/// newest version does not have.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_older_replace_applied_after_a_newer_upsert_of_its_record_leaves_no_row_of_its_added_index_value() {
-    for backend in common::backends() {
+common::backend_tests! {
+    /// Found by the randomized checker with index changes (seed 20261121, 1 shard, with the
+    /// replace above fixed in a scratch copy: `moved_row` at quiescence). A replace is logged in
+    /// shard 0 and an upsert of the same record in the record's shard; nothing orders an upsert
+    /// after an earlier filter entry, so the newer upsert can be applied first. The replace,
+    /// applied after it, is fenced out of every row the upsert wrote, but its row of an added
+    /// index whose value differs is new, so it is inserted: a live row of a value the record's
+    /// newest version does not have.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_older_replace_applied_after_a_newer_upsert_of_its_record_leaves_no_row_of_its_added_index_value(backend) {
         let label = format!("{backend:?}");
         let c = with_active_country(backend, &label).await;
         let mut r = airports(40)
@@ -400,15 +400,15 @@ async fn an_older_replace_applied_after_a_newer_upsert_of_its_record_leaves_no_r
     }
 }
 
-/// Found by the long checker run with index changes (seed 7, 4 shards, embedded store: one
-/// `missing_row` at quiescence, after `tz` was added, dropped and added again within a
-/// second). Suspected cause: the apply engine's row cache remembers the rows this process
-/// wrote; the drop job deletes them behind its back, and the next backfill of the same index,
-/// run by the same process, finds each row "written by this entry already" in the cache and
-/// skips it. So an index added again after a drop misses its rows.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_index_added_again_after_a_drop_has_a_row_for_every_record() {
-    for backend in common::backends() {
+common::backend_tests! {
+    /// Found by the long checker run with index changes (seed 7, 4 shards, embedded store: one
+    /// `missing_row` at quiescence, after `tz` was added, dropped and added again within a
+    /// second). Suspected cause: the apply engine's row cache remembers the rows this process
+    /// wrote; the drop job deletes them behind its back, and the next backfill of the same index,
+    /// run by the same process, finds each row "written by this entry already" in the cache and
+    /// skips it. So an index added again after a drop misses its rows.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_index_added_again_after_a_drop_has_a_row_for_every_record(backend) {
         let label = format!("{backend:?}");
         let c = common::catalog_with(backend, common::airports_schema(), opts()).await;
         c.upsert_many(airports(30), true).await.unwrap();
@@ -441,18 +441,18 @@ async fn an_index_added_again_after_a_drop_has_a_row_for_every_record() {
     }
 }
 
-/// Seen while writing the checker's schema operator. `index add` writes the schema row
-/// first, then raises the clock's version and logs the schema entry. When the schema row's
-/// write commits but its answer is lost (a 503 after commit, a timeout), or a later step
-/// fails, the add fails with a transient error while the index is `backfilling` with no
-/// schema entry to start its job. A retried add was refused ("already an index
-/// (backfilling)") and nothing ever started the backfill; now a retry publishes the change
-/// again (`tests/faults/index_faults.rs` covers each step).
-#[cfg(feature = "testing")]
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_add_that_failed_after_its_schema_row_was_written_can_be_completed() {
-    use table_catalog::store::fault::{unavailable, Fault, FaultStore, OpKind, Rule, Trigger};
-    for backend in common::backends() {
+common::backend_tests! {
+    /// Seen while writing the checker's schema operator. `index add` writes the schema row
+    /// first, then raises the clock's version and logs the schema entry. When the schema row's
+    /// write commits but its answer is lost (a 503 after commit, a timeout), or a later step
+    /// fails, the add fails with a transient error while the index is `backfilling` with no
+    /// schema entry to start its job. A retried add was refused ("already an index
+    /// (backfilling)") and nothing ever started the backfill; now a retry publishes the change
+    /// again (`tests/faults/index_faults.rs` covers each step).
+    #[cfg(feature = "testing")]
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_add_that_failed_after_its_schema_row_was_written_can_be_completed(backend) {
+        use table_catalog::store::fault::{unavailable, Fault, FaultStore, OpKind, Rule, Trigger};
         let label = format!("{backend:?}");
         let faulty = Arc::new(FaultStore::new(common::store(backend), 1));
         let names = table_catalog::config::Names::new(&common::unique_name("t"), None, None).unwrap();

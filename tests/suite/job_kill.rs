@@ -132,11 +132,11 @@ async fn job_under_kills(setup: &Setup, kind: &str, kills: usize, rng: &mut rand
     job
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn verify_and_repair_jobs_survive_serve_being_killed_again_and_again() {
-    let kills: usize = std::env::var("TC_JOBKILL_KILLS").ok().and_then(|v| v.parse().ok()).unwrap_or(10);
-    let seed: u64 = std::env::var("TC_JOBKILL_SEED").ok().and_then(|v| v.parse().ok()).unwrap_or(20261125);
-    for backend in common::backends() {
+common::backend_tests! {
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn verify_and_repair_jobs_survive_serve_being_killed_again_and_again(backend) {
+        let kills: usize = std::env::var("TC_JOBKILL_KILLS").ok().and_then(|v| v.parse().ok()).unwrap_or(10);
+        let seed: u64 = std::env::var("TC_JOBKILL_SEED").ok().and_then(|v| v.parse().ok()).unwrap_or(20261125);
         let cs = match backend {
             Backend::Local | Backend::Simulated => None,
             Backend::Azurite => std::env::var("TC_TEST_AZURE_CONNECTION").ok(),

@@ -51,9 +51,9 @@ fn finding_lines(values: &[Value]) -> BTreeSet<String> {
     values.iter().map(|v| v.to_string()).collect()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_verify_job_counts_what_a_serial_verify_counts_and_a_repair_job_fixes_it() {
-    for backend in common::backends() {
+common::backend_tests! {
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_verify_job_counts_what_a_serial_verify_counts_and_a_repair_job_fixes_it(backend) {
         let c = corrupted(backend, 400).await;
         let (store, table) = (c.store().as_ref(), c.names().table.clone());
         let serial = verify::verify_with(store, &table, &c.schema(), VerifyOptions { segment: 1000, concurrency: 8 })
@@ -91,9 +91,9 @@ async fn a_verify_job_counts_what_a_serial_verify_counts_and_a_repair_job_fixes_
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_job_and_export_routes() {
-    for backend in common::backends() {
+common::backend_tests! {
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_job_and_export_routes(backend) {
         let c = corrupted(backend, 120).await;
         let app = table_catalog::http::router(c.clone());
         let call = |m: &'static str, uri: String, body: &'static str| {
@@ -155,16 +155,16 @@ async fn the_scan_dispatcher_is_the_catalogs_scan_queue() {
     assert_eq!(d.policy().max_dequeue_count, 10, "host.json's maxDequeueCount");
 }
 
-/// `trim-history` removes exactly the history rows older than the retention period, across
-/// the whole history table (records written long ago are never trimmed at write time).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_trim_history_job_removes_exactly_the_expired_rows() {
-    use table_catalog::catalog::CatalogOptions;
-    use table_catalog::history::{inverted_time, HistoryOptions};
-    use table_catalog::store::pager;
-    use table_catalog::testing::wal::id::now_micros;
+common::backend_tests! {
+    /// `trim-history` removes exactly the history rows older than the retention period, across
+    /// the whole history table (records written long ago are never trimmed at write time).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_trim_history_job_removes_exactly_the_expired_rows(backend) {
+        use table_catalog::catalog::CatalogOptions;
+        use table_catalog::history::{inverted_time, HistoryOptions};
+        use table_catalog::store::pager;
+        use table_catalog::testing::wal::id::now_micros;
 
-    for backend in common::backends() {
         let opts = CatalogOptions { history: HistoryOptions::on(), ..CatalogOptions::default() };
         let c = common::catalog_with(backend, common::airports_schema(), opts).await;
         c.upsert_many(airports(60), false).await.unwrap();

@@ -188,15 +188,15 @@ async fn late_upsert_and_delete(a: &Arc<Catalog>, b: &Catalog, slow: &FaultStore
     assert!(id(&up) < id(&del), "{label}: U's id {} is below F's {}", up.id, del.id);
 }
 
-/// Issue 25, item 1. An index `country` added online; R0 {KAAA, country US} applied. U =
-/// upsert of the same identity with country CA through instance A: its id is taken, its
-/// entry insert held. F = delete country=US through instance B, applied (tombstones every row
-/// of R0, with F's id). Then U's entry is written and applied. U and F are concurrent, and
-/// both orders keep R with CA; the current apply finds F's tombstone (a larger id) on R's
-/// owner row, takes U as superseded and writes nothing: R is gone.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_upsert_logged_late_survives_a_delete_by_an_added_index() {
-    for backend in common::backends() {
+common::backend_tests! {
+    /// Issue 25, item 1. An index `country` added online; R0 {KAAA, country US} applied. U =
+    /// upsert of the same identity with country CA through instance A: its id is taken, its
+    /// entry insert held. F = delete country=US through instance B, applied (tombstones every row
+    /// of R0, with F's id). Then U's entry is written and applied. U and F are concurrent, and
+    /// both orders keep R with CA; the current apply finds F's tombstone (a larger id) on R's
+    /// owner row, takes U as superseded and writes nothing: R is gone.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_upsert_logged_late_survives_a_delete_by_an_added_index(backend) {
         let label = format!("{backend:?}");
         let inner = common::store(backend);
         let names = Names::new(&common::unique_name("late"), None, None).unwrap();
@@ -216,14 +216,14 @@ async fn an_upsert_logged_late_survives_a_delete_by_an_added_index() {
     }
 }
 
-/// The same with the index added while U is held: R0 {KAAA, country US} applied before any
-/// added index; U (country CA) takes its id and is held (logged under the old schema, so
-/// ordered before the change); `index add country` runs and its backfill turns the index
-/// active (R0's row of US); then F = delete country=US applies; then U is written and
-/// applied. R must be live with CA.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_upsert_logged_late_across_an_index_add_survives_a_delete_by_the_new_index() {
-    for backend in common::backends() {
+common::backend_tests! {
+    /// The same with the index added while U is held: R0 {KAAA, country US} applied before any
+    /// added index; U (country CA) takes its id and is held (logged under the old schema, so
+    /// ordered before the change); `index add country` runs and its backfill turns the index
+    /// active (R0's row of US); then F = delete country=US applies; then U is written and
+    /// applied. R must be live with CA.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_upsert_logged_late_across_an_index_add_survives_a_delete_by_the_new_index(backend) {
         let label = format!("{backend:?}");
         let inner = common::store(backend);
         let names = Names::new(&common::unique_name("lateadd"), None, None).unwrap();
@@ -280,17 +280,17 @@ async fn no_rows_of(store: &dyn Store, table: &str, field: &str, label: &str) {
     assert!(left.is_empty(), "{label}: rows of the dropped index left: {left:?}");
 }
 
-/// Found by the checker on CI (seed 20261121, 4 shards): a row of an index written after
-/// the index's drop job had removed its rows stays behind, in an index that no longer
-/// exists. U = upsert of R (country CA), validated while `country` was active, takes its id
-/// through instance A and is held; `index drop country` runs through B; A reads the schema
-/// while the drop's job is not yet recorded (so its copy says "dropping, no job", and an
-/// entry validated before the drop still maintains the index, `Schema::with_dropping_maintained`); the job
-/// removes every row and the index leaves the schema; then U is written and A applies it.
-/// U is ordered after the drop: no row of `country` may be left, and R is live.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_upsert_logged_late_across_an_index_drop_leaves_no_row_of_the_dropped_index() {
-    for backend in common::backends() {
+common::backend_tests! {
+    /// Found by the checker on CI (seed 20261121, 4 shards): a row of an index written after
+    /// the index's drop job had removed its rows stays behind, in an index that no longer
+    /// exists. U = upsert of R (country CA), validated while `country` was active, takes its id
+    /// through instance A and is held; `index drop country` runs through B; A reads the schema
+    /// while the drop's job is not yet recorded (so its copy says "dropping, no job", and an
+    /// entry validated before the drop still maintains the index, `Schema::with_dropping_maintained`); the job
+    /// removes every row and the index leaves the schema; then U is written and A applies it.
+    /// U is ordered after the drop: no row of `country` may be left, and R is live.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_upsert_logged_late_across_an_index_drop_leaves_no_row_of_the_dropped_index(backend) {
         let label = format!("{backend:?}");
         let inner = common::store(backend);
         let names = Names::new(&common::unique_name("latedrop"), None, None).unwrap();
@@ -324,14 +324,14 @@ async fn an_upsert_logged_late_across_an_index_drop_leaves_no_row_of_the_dropped
     }
 }
 
-/// Issue 25, item 3. D = delete icao=KXXX takes its id and is held; F = delete iata=YYY (a
-/// larger id) matching the same record is logged and applied first; then D is written and
-/// applied. F, D is a valid order (D is concurrent with F): the record is gone, its history
-/// has exactly one removal row (F's, none of D's, which removed nothing), nothing is pending
-/// or dead.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_delete_logged_late_after_a_later_delete_of_the_same_record_is_a_valid_order() {
-    for backend in common::backends() {
+common::backend_tests! {
+    /// Issue 25, item 3. D = delete icao=KXXX takes its id and is held; F = delete iata=YYY (a
+    /// larger id) matching the same record is logged and applied first; then D is written and
+    /// applied. F, D is a valid order (D is concurrent with F): the record is gone, its history
+    /// has exactly one removal row (F's, none of D's, which removed nothing), nothing is pending
+    /// or dead.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_delete_logged_late_after_a_later_delete_of_the_same_record_is_a_valid_order(backend) {
         let label = format!("{backend:?}");
         let inner = common::store(backend);
         let names = Names::new(&common::unique_name("latedel"), None, None).unwrap();
@@ -375,17 +375,17 @@ async fn a_delete_logged_late_after_a_later_delete_of_the_same_record_is_a_valid
     }
 }
 
-/// Found by the simulator (seeds 7, 8, 115, 181; catalog right, history wrong). With an
-/// index `country` added online and history on: P = replace country=ZZ by R (country US,
-/// shard 0), F = delete country=US (shard 0), N = upsert R with country CA (shard 3), logged
-/// in that order. Shard 3 is applied first (N writes R with CA), then shard 0: P finds R's
-/// owner row written by N, a newer entry, and writes no row (superseded); F, between P and
-/// N, then found no row of R under country=US and recorded no removal, so R's history read
-/// "P wrote US, N wrote CA" with F's removal of the US version missing. In effective-id
-/// order R's history is P (US), F (removed), N (CA), and the catalog holds N's version.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_delete_between_a_superseded_replace_and_its_successor_records_its_removal() {
-    for backend in common::backends() {
+common::backend_tests! {
+    /// Found by the simulator (seeds 7, 8, 115, 181; catalog right, history wrong). With an
+    /// index `country` added online and history on: P = replace country=ZZ by R (country US,
+    /// shard 0), F = delete country=US (shard 0), N = upsert R with country CA (shard 3), logged
+    /// in that order. Shard 3 is applied first (N writes R with CA), then shard 0: P finds R's
+    /// owner row written by N, a newer entry, and writes no row (superseded); F, between P and
+    /// N, then found no row of R under country=US and recorded no removal, so R's history read
+    /// "P wrote US, N wrote CA" with F's removal of the US version missing. In effective-id
+    /// order R's history is P (US), F (removed), N (CA), and the catalog holds N's version.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_delete_between_a_superseded_replace_and_its_successor_records_its_removal(backend) {
         let label = format!("{backend:?}");
         let inner = common::store(backend);
         let names = Names::new(&common::unique_name("shadow"), None, None).unwrap();
@@ -642,15 +642,15 @@ async fn c_pending_behind_an_empty_page(backend: Backend) -> (Arc<EmptyFirstPage
     (shaped, c, up)
 }
 
-/// Issue 25, item 2 (the barrier). C is upserted and acknowledged (pending in shard 3); then
-/// a delete of iata=ZZZ is issued with `wait`. The barrier must see C pending below the
-/// delete's id (and apply shard 3 first), so C is deleted. When shard 3's `$top=1` query
-/// answers an empty page with a continuation token, `oldest_pending` reports nothing pending,
-/// the barrier passes, the delete applies before C, and C survives a delete issued after it
-/// was acknowledged.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_delete_sees_an_upsert_behind_an_empty_first_page() {
-    for backend in common::backends() {
+common::backend_tests! {
+    /// Issue 25, item 2 (the barrier). C is upserted and acknowledged (pending in shard 3); then
+    /// a delete of iata=ZZZ is issued with `wait`. The barrier must see C pending below the
+    /// delete's id (and apply shard 3 first), so C is deleted. When shard 3's `$top=1` query
+    /// answers an empty page with a continuation token, `oldest_pending` reports nothing pending,
+    /// the barrier passes, the delete applies before C, and C survives a delete issued after it
+    /// was acknowledged.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_delete_sees_an_upsert_behind_an_empty_first_page(backend) {
         let label = format!("{backend:?}");
         let (shaped, c, up) = c_pending_behind_an_empty_page(backend).await;
         let del = within(&format!("{label}: the delete applies"), c.delete(f("iata", "ZZZ"), true)).await.unwrap();
@@ -671,12 +671,12 @@ async fn a_delete_sees_an_upsert_behind_an_empty_first_page() {
     }
 }
 
-/// Issue 25, item 2 (read-your-writes). C is upserted and acknowledged (pending in shard 3);
-/// a consistent read by icao must return it. With shard 3's `$top=1` query answering an empty
-/// page with a continuation token, the catch-up finds nothing pending and the read misses C.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_consistent_read_sees_an_upsert_behind_an_empty_first_page() {
-    for backend in common::backends() {
+common::backend_tests! {
+    /// Issue 25, item 2 (read-your-writes). C is upserted and acknowledged (pending in shard 3);
+    /// a consistent read by icao must return it. With shard 3's `$top=1` query answering an empty
+    /// page with a continuation token, the catch-up finds nothing pending and the read misses C.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_consistent_read_sees_an_upsert_behind_an_empty_first_page(backend) {
         let label = format!("{backend:?}");
         let (shaped, c, up) = c_pending_behind_an_empty_page(backend).await;
         let page = within(&format!("{label}: the consistent read"), c.query_consistent(&f("icao", "KCCC"), 10, None))
@@ -696,19 +696,19 @@ async fn a_consistent_read_sees_an_upsert_behind_an_empty_first_page() {
     }
 }
 
-/// Found by the deterministic simulator with random short pages (seed 2): a WAL clock read
-/// that follows a continuation token can miss the high-water mark. A writes R and is
-/// acknowledged (its id published as A's clock row). B, whose clock runs 10 s behind, then
-/// upserts R; its append round reads the clock partition, whose first page comes back empty
-/// with a token resuming at A's row. Before B resumes, A writes another record: its
-/// publication replaces its row by one that sorts before the resume point (a larger
-/// timestamp sorts first). Following the token finds neither row, so B takes an id from its
-/// own clock, below A's acknowledged write, and B's upsert, issued after A's was
-/// acknowledged, is ordered before it: R keeps A's version. The clock read must be one
-/// response (`pager::head`): a cut first page is read again from the start.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_clock_read_cut_short_while_another_instance_publishes_still_orders_after_acknowledged_writes() {
-    for backend in common::backends() {
+common::backend_tests! {
+    /// Found by the deterministic simulator with random short pages (seed 2): a WAL clock read
+    /// that follows a continuation token can miss the high-water mark. A writes R and is
+    /// acknowledged (its id published as A's clock row). B, whose clock runs 10 s behind, then
+    /// upserts R; its append round reads the clock partition, whose first page comes back empty
+    /// with a token resuming at A's row. Before B resumes, A writes another record: its
+    /// publication replaces its row by one that sorts before the resume point (a larger
+    /// timestamp sorts first). Following the token finds neither row, so B takes an id from its
+    /// own clock, below A's acknowledged write, and B's upsert, issued after A's was
+    /// acknowledged, is ordered before it: R keeps A's version. The clock read must be one
+    /// response (`pager::head`): a cut first page is read again from the start.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_clock_read_cut_short_while_another_instance_publishes_still_orders_after_acknowledged_writes(backend) {
         let label = format!("{backend:?}");
         let inner = common::store(backend);
         let shaped = Arc::new(EmptyFirstPage::new(inner.clone()));
@@ -834,22 +834,22 @@ fn in_shard(shard: u16, icao: &str, iata: &str, name: &str) -> Record {
         .unwrap()
 }
 
-/// Barrier step (2) for the filter entry's own shard ([`Passed::Restart`]). U, an upsert in
-/// shard 0, takes its id and is held; a backlog of `DRAIN_PAGE + 1` upserts is logged in
-/// shard 0 after it; the applier of shard 0 reads the backlog's first page (without U) and
-/// its read of the next page is held. U is then written and acknowledged, and only then is a
-/// delete F of U's record issued (shard 0, id above everything). The next page holds the
-/// rest of the backlog and F, not U (its id is below the first page's last one). U was
-/// acknowledged before F was issued, so F must delete U's record: F's barrier finds U
-/// pending below F and outside the page, and the pass restarts from U. An applier that
-/// ignores such an entry lets F resolve without U, and U, read after F's seal, is stamped
-/// above F: U's record survives a delete issued after U was acknowledged.
-/// (`scripts/mutants/no-restart.patch`.)
-///
-/// [`Passed::Restart`]: table_catalog::testing::apply::barrier::Passed::Restart
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_delete_sees_an_upsert_of_its_own_shard_that_became_durable_behind_the_page_being_applied() {
-    for backend in common::backends() {
+common::backend_tests! {
+    /// Barrier step (2) for the filter entry's own shard ([`Passed::Restart`]). U, an upsert in
+    /// shard 0, takes its id and is held; a backlog of `DRAIN_PAGE + 1` upserts is logged in
+    /// shard 0 after it; the applier of shard 0 reads the backlog's first page (without U) and
+    /// its read of the next page is held. U is then written and acknowledged, and only then is a
+    /// delete F of U's record issued (shard 0, id above everything). The next page holds the
+    /// rest of the backlog and F, not U (its id is below the first page's last one). U was
+    /// acknowledged before F was issued, so F must delete U's record: F's barrier finds U
+    /// pending below F and outside the page, and the pass restarts from U. An applier that
+    /// ignores such an entry lets F resolve without U, and U, read after F's seal, is stamped
+    /// above F: U's record survives a delete issued after U was acknowledged.
+    /// (`scripts/mutants/no-restart.patch`.)
+    ///
+    /// [`Passed::Restart`]: table_catalog::testing::apply::barrier::Passed::Restart
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_delete_sees_an_upsert_of_its_own_shard_that_became_durable_behind_the_page_being_applied(backend) {
         let label = format!("{backend:?}");
         let inner = common::store(backend);
         let names = Names::new(&common::unique_name("restart"), None, None).unwrap();
@@ -957,21 +957,21 @@ impl Layer for HoldSeals {
     }
 }
 
-/// Barrier step (4), the check after the seals. An index `country` added online; R0
-/// (country US, in shard 3) applied. U = upsert of R with country CA takes its id and is
-/// held; F = delete country=US is logged, and its applier passes the first check (U is
-/// pending nowhere) and is held before it raises the seals. U is then written and
-/// acknowledged, and U's applier reads U and shard 3's seal (not raised yet: U is not
-/// stamped) and is held before it reads R's owner row. Then the seals are raised. U is
-/// concurrent with F and every order keeps R with CA (as in the first test). The check after
-/// the seals finds U pending below F and waits until U is applied, so F no longer matches R.
-/// A barrier that seals without checking again lets F resolve now: it tombstones R0's rows
-/// with F's id, and U, applied afterwards with its own (smaller, unstamped) id, finds F's
-/// tombstone on the owner row and writes nothing: R is gone.
-/// (`scripts/mutants/seal-without-recheck.patch`.)
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_upsert_read_before_the_seals_were_raised_is_applied_before_the_delete_resolves() {
-    for backend in common::backends() {
+common::backend_tests! {
+    /// Barrier step (4), the check after the seals. An index `country` added online; R0
+    /// (country US, in shard 3) applied. U = upsert of R with country CA takes its id and is
+    /// held; F = delete country=US is logged, and its applier passes the first check (U is
+    /// pending nowhere) and is held before it raises the seals. U is then written and
+    /// acknowledged, and U's applier reads U and shard 3's seal (not raised yet: U is not
+    /// stamped) and is held before it reads R's owner row. Then the seals are raised. U is
+    /// concurrent with F and every order keeps R with CA (as in the first test). The check after
+    /// the seals finds U pending below F and waits until U is applied, so F no longer matches R.
+    /// A barrier that seals without checking again lets F resolve now: it tombstones R0's rows
+    /// with F's id, and U, applied afterwards with its own (smaller, unstamped) id, finds F's
+    /// tombstone on the owner row and writes nothing: R is gone.
+    /// (`scripts/mutants/seal-without-recheck.patch`.)
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_upsert_read_before_the_seals_were_raised_is_applied_before_the_delete_resolves(backend) {
         let label = format!("{backend:?}");
         let inner = common::store(backend);
         let names = Names::new(&common::unique_name("reseal"), None, None).unwrap();
@@ -1051,16 +1051,16 @@ async fn an_upsert_read_before_the_seals_were_raised_is_applied_before_the_delet
     }
 }
 
-/// Found by the simulator (seed 2173: two history rows of one WAL entry). U, an upsert in
-/// shard 3, takes its id and is held; F = a delete (shard 0) passes its barrier's first check
-/// and is held before it raises the seals; U is written and acknowledged, and U's applier
-/// applies it under its own id (U is not stamped: the seal is not raised yet), writes its
-/// history row, and fails to remove it from the pending partition. Then the seals are raised,
-/// F's second check finds U still pending, and U is applied again, now stamped after F's
-/// seal. U takes effect once, at the stamp: its history holds one row, the stamped one.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_upsert_applied_once_then_stamped_keeps_one_history_row() {
-    for backend in common::backends() {
+common::backend_tests! {
+    /// Found by the simulator (seed 2173: two history rows of one WAL entry). U, an upsert in
+    /// shard 3, takes its id and is held; F = a delete (shard 0) passes its barrier's first check
+    /// and is held before it raises the seals; U is written and acknowledged, and U's applier
+    /// applies it under its own id (U is not stamped: the seal is not raised yet), writes its
+    /// history row, and fails to remove it from the pending partition. Then the seals are raised,
+    /// F's second check finds U still pending, and U is applied again, now stamped after F's
+    /// seal. U takes effect once, at the stamp: its history holds one row, the stamped one.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_upsert_applied_once_then_stamped_keeps_one_history_row(backend) {
         let label = format!("{backend:?}");
         let inner = common::store(backend);
         let names = Names::new(&common::unique_name("twice"), None, None).unwrap();
@@ -1114,17 +1114,17 @@ async fn an_upsert_applied_once_then_stamped_keeps_one_history_row() {
     }
 }
 
-/// Found by the simulator (seed 9366, one shard). A write whose clock publication failed is
-/// indeterminate, but its entry may be stored with an id nobody published. Once an applier
-/// makes its effect visible, an operation issued after someone saw it must be ordered after
-/// it. U = upsert of R through instance A, whose clock runs 10 s ahead and whose publication
-/// fails: U's entry is stored, U answers an error. B applies U and reads R. Then D = delete of
-/// R through B: its id came from the clock, below U's unpublished one, so D was ordered
-/// before U and R survived a delete issued after a read had seen it. The applier now
-/// publishes an entry's id before applying it.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_delete_issued_after_a_read_saw_a_failed_upsert_removes_it() {
-    for backend in common::backends() {
+common::backend_tests! {
+    /// Found by the simulator (seed 9366, one shard). A write whose clock publication failed is
+    /// indeterminate, but its entry may be stored with an id nobody published. Once an applier
+    /// makes its effect visible, an operation issued after someone saw it must be ordered after
+    /// it. U = upsert of R through instance A, whose clock runs 10 s ahead and whose publication
+    /// fails: U's entry is stored, U answers an error. B applies U and reads R. Then D = delete of
+    /// R through B: its id came from the clock, below U's unpublished one, so D was ordered
+    /// before U and R survived a delete issued after a read had seen it. The applier now
+    /// publishes an entry's id before applying it.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_delete_issued_after_a_read_saw_a_failed_upsert_removes_it(backend) {
         let label = format!("{backend:?}");
         let inner = common::store(backend);
         let names = Names::new(&common::unique_name("unpub"), None, None).unwrap();
@@ -1296,27 +1296,27 @@ async fn delete_between_a_superseded_replace_and_its_successor(
     );
 }
 
-/// Found by the simulator (seed 2717): as the test above, but N keeps P's value of the added
-/// index (country US) and its apply is held after its owner row, before its row of US. P
-/// (shard 0) finds N's owner row and is superseded; F = delete country=US (between P and N)
-/// then found no row of R under US at all, and recorded no removal. P's version must leave a
-/// tombstone there that F finds, and that N's row, written afterwards, replaces.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_delete_between_a_superseded_replace_and_its_successor_still_being_written_records_its_removal() {
-    for backend in common::backends() {
+common::backend_tests! {
+    /// Found by the simulator (seed 2717): as the test above, but N keeps P's value of the added
+    /// index (country US) and its apply is held after its owner row, before its row of US. P
+    /// (shard 0) finds N's owner row and is superseded; F = delete country=US (between P and N)
+    /// then found no row of R under US at all, and recorded no removal. P's version must leave a
+    /// tombstone there that F finds, and that N's row, written afterwards, replaces.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_delete_between_a_superseded_replace_and_its_successor_still_being_written_records_its_removal(backend) {
         delete_between_a_superseded_replace_and_its_successor(backend, "shadow2", "country", "US", Some("US")).await;
     }
 }
 
-/// Found by the simulator with random short pages (seed 2882): the case of the test above on
-/// an identity field (the catalog has an added index, which R has no value for, so the
-/// applier takes the owner-row-first path that finds P superseded). F = delete iata=CCC found
-/// no row of R under iata CCC and recorded no removal, though in id order it removed P's
-/// version. A superseded version now leaves its tombstone (just below N's id) in every
-/// partition but the owner's, identity fields included.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_delete_by_an_identity_field_between_a_superseded_replace_and_its_successor_records_its_removal() {
-    for backend in common::backends() {
+common::backend_tests! {
+    /// Found by the simulator with random short pages (seed 2882): the case of the test above on
+    /// an identity field (the catalog has an added index, which R has no value for, so the
+    /// applier takes the owner-row-first path that finds P superseded). F = delete iata=CCC found
+    /// no row of R under iata CCC and recorded no removal, though in id order it removed P's
+    /// version. A superseded version now leaves its tombstone (just below N's id) in every
+    /// partition but the owner's, identity fields included.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_delete_by_an_identity_field_between_a_superseded_replace_and_its_successor_records_its_removal(backend) {
         delete_between_a_superseded_replace_and_its_successor(backend, "shadow3", "iata", "CCC", None).await;
     }
 }
@@ -1346,15 +1346,15 @@ impl Layer for FailAfterCommit {
     }
 }
 
-/// Found by the simulator (seeds 849, 915, 1296, 1333): instance A, whose copy of the schema
-/// still shows `country` dropping after the drop's job finished, applies an upsert and writes
-/// its row of `country` (an entry maintains a dropping index); the write commits and answers
-/// an error, so the attempt fails. The retry, by B, which knows the index is gone, writes
-/// nothing there, and A's row stayed behind in an index that no longer exists. A failed
-/// attempt now checks the rows it may have written at once.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_row_of_a_dropped_index_written_by_a_failed_attempt_is_removed() {
-    for backend in common::backends() {
+common::backend_tests! {
+    /// Found by the simulator (seeds 849, 915, 1296, 1333): instance A, whose copy of the schema
+    /// still shows `country` dropping after the drop's job finished, applies an upsert and writes
+    /// its row of `country` (an entry maintains a dropping index); the write commits and answers
+    /// an error, so the attempt fails. The retry, by B, which knows the index is gone, writes
+    /// nothing there, and A's row stayed behind in an index that no longer exists. A failed
+    /// attempt now checks the rows it may have written at once.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_row_of_a_dropped_index_written_by_a_failed_attempt_is_removed(backend) {
         let label = format!("{backend:?}");
         let inner = common::store(backend);
         let names = Names::new(&common::unique_name("dropfail"), None, None).unwrap();
@@ -1387,15 +1387,15 @@ async fn a_row_of_a_dropped_index_written_by_a_failed_attempt_is_removed() {
     }
 }
 
-/// Found by `indexes_added_and_dropped_while_8_writers_write_leave_a_consistent_catalog` on
-/// CI (rows of the dropped index left live): A starts applying an upsert while its copy of
-/// the schema shows `country` dropping, so the entry still writes R's row of CA; the drop's
-/// job finishes and A re-reads the schema (a concurrent group's check does this) between
-/// the entry's owner row and its row of CA. A noted rows only for indexes it saw dropping,
-/// so the row of CA, written after the index was gone, was never noted nor removed.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_row_of_a_dropped_index_written_after_the_applier_saw_the_index_gone_is_removed() {
-    for backend in common::backends() {
+common::backend_tests! {
+    /// Found by `indexes_added_and_dropped_while_8_writers_write_leave_a_consistent_catalog` on
+    /// CI (rows of the dropped index left live): A starts applying an upsert while its copy of
+    /// the schema shows `country` dropping, so the entry still writes R's row of CA; the drop's
+    /// job finishes and A re-reads the schema (a concurrent group's check does this) between
+    /// the entry's owner row and its row of CA. A noted rows only for indexes it saw dropping,
+    /// so the row of CA, written after the index was gone, was never noted nor removed.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_row_of_a_dropped_index_written_after_the_applier_saw_the_index_gone_is_removed(backend) {
         let label = format!("{backend:?}");
         let inner = common::store(backend);
         let names = Names::new(&common::unique_name("dropgone"), None, None).unwrap();
@@ -1429,17 +1429,17 @@ async fn a_row_of_a_dropped_index_written_after_the_applier_saw_the_index_gone_i
     }
 }
 
-/// Found by the simulator with random short pages (seed 2835): D = delete country=US matches
-/// R through its row of US, and its first attempt fails after tombstoning one of R's rows
-/// (the lid row). Before the retry, R's row of US no longer shows R: in the simulation, an
-/// older replace of R, applied again by a paused applier, found D's tombstone on R's owner row
-/// and shadowed its own version there with a tombstone just below D's id; here that row is
-/// written by hand. The retry read the US partition, found an older tombstone, matched
-/// nothing, and left R live in its other rows, although D was acknowledged. A filter's retry
-/// now completes whatever its index tombstones name, through any index.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_delete_retried_after_its_partition_stopped_showing_the_record_completes_its_removal() {
-    for backend in common::backends() {
+common::backend_tests! {
+    /// Found by the simulator with random short pages (seed 2835): D = delete country=US matches
+    /// R through its row of US, and its first attempt fails after tombstoning one of R's rows
+    /// (the lid row). Before the retry, R's row of US no longer shows R: in the simulation, an
+    /// older replace of R, applied again by a paused applier, found D's tombstone on R's owner row
+    /// and shadowed its own version there with a tombstone just below D's id; here that row is
+    /// written by hand. The retry read the US partition, found an older tombstone, matched
+    /// nothing, and left R live in its other rows, although D was acknowledged. A filter's retry
+    /// now completes whatever its index tombstones name, through any index.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_delete_retried_after_its_partition_stopped_showing_the_record_completes_its_removal(backend) {
         let label = format!("{backend:?}");
         let inner = common::store(backend);
         let names = Names::new(&common::unique_name("retryrm"), None, None).unwrap();
@@ -1489,15 +1489,15 @@ async fn a_delete_retried_after_its_partition_stopped_showing_the_record_complet
     }
 }
 
-/// Found by the simulator with random short pages (seed 432): A writes R's row of a dropped
-/// index (its copy of the schema shows the index dropping, its entry was validated while the
-/// index was active), notes it, and its check after the writes fails removing it (a 503 on
-/// the delete). The notes it had taken were dropped with the error, and the entry's retry
-/// by B, which sees the index gone, writes nothing there: the row stayed behind the job.
-/// A failed check now notes its rows again, and A's next check removes them.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_row_of_a_dropped_index_whose_removal_failed_is_removed_by_the_next_check() {
-    for backend in common::backends() {
+common::backend_tests! {
+    /// Found by the simulator with random short pages (seed 432): A writes R's row of a dropped
+    /// index (its copy of the schema shows the index dropping, its entry was validated while the
+    /// index was active), notes it, and its check after the writes fails removing it (a 503 on
+    /// the delete). The notes it had taken were dropped with the error, and the entry's retry
+    /// by B, which sees the index gone, writes nothing there: the row stayed behind the job.
+    /// A failed check now notes its rows again, and A's next check removes them.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_row_of_a_dropped_index_whose_removal_failed_is_removed_by_the_next_check(backend) {
         let label = format!("{backend:?}");
         let inner = common::store(backend);
         let names = Names::new(&common::unique_name("dropfail"), None, None).unwrap();
@@ -1529,17 +1529,17 @@ async fn a_row_of_a_dropped_index_whose_removal_failed_is_removed_by_the_next_ch
     }
 }
 
-/// Found by the simulator (seed 1410): a filter through an index being dropped, applied in
-/// two attempts with the drop's job run between them. D = delete country=US, validated by A
-/// while `country` was active and logged late (its entry insert held) across the drop, so it
-/// is stamped above the drop and applied after it. D's first attempt tombstones every row of
-/// R (owner row included) and fails writing R's history row. The drop's job then removes
-/// every row of `country`, D's tombstones there too, and the index is gone. The retry found
-/// nothing under country=US, so R's removal was never recorded: the catalog had removed R,
-/// its history kept it live. The retry now completes what its index tombstones name.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_delete_through_a_dropped_index_retried_after_the_drop_records_its_removal() {
-    for backend in common::backends() {
+common::backend_tests! {
+    /// Found by the simulator (seed 1410): a filter through an index being dropped, applied in
+    /// two attempts with the drop's job run between them. D = delete country=US, validated by A
+    /// while `country` was active and logged late (its entry insert held) across the drop, so it
+    /// is stamped above the drop and applied after it. D's first attempt tombstones every row of
+    /// R (owner row included) and fails writing R's history row. The drop's job then removes
+    /// every row of `country`, D's tombstones there too, and the index is gone. The retry found
+    /// nothing under country=US, so R's removal was never recorded: the catalog had removed R,
+    /// its history kept it live. The retry now completes what its index tombstones name.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_delete_through_a_dropped_index_retried_after_the_drop_records_its_removal(backend) {
         let label = format!("{backend:?}");
         let inner = common::store(backend);
         let names = Names::new(&common::unique_name("dropretry"), None, None).unwrap();
@@ -1632,18 +1632,18 @@ async fn backfill_until_active(c: &Arc<Catalog>, field: &str, label: &str) {
     scan.await.unwrap();
 }
 
-/// Simulator seed 277. An upsert U of record R (country CA, shard 3) and then a delete D of
-/// R by `lid` (shard 0) are logged before `country` is added. Instance A adopts the new
-/// schema (version 1, `country` backfilling) before the schema entry is logged, and applies
-/// U with it: a live row of R in `country`'s partition, under U's id. Instance B, still on
-/// version 0, applies D, which tombstones R's rows in the partitions it knows. In every
-/// order R is deleted (D follows U), so once the backfill is done no lookup finds R; but D
-/// left the `country` row live, the backfill skips R (its owner row is D's tombstone), and
-/// `country=CA` found R until a later replace by country recorded the removal of a record
-/// absent for 22 s.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_delete_applied_before_an_index_add_reaches_a_row_written_early_under_the_new_schema() {
-    for backend in common::backends() {
+common::backend_tests! {
+    /// Simulator seed 277. An upsert U of record R (country CA, shard 3) and then a delete D of
+    /// R by `lid` (shard 0) are logged before `country` is added. Instance A adopts the new
+    /// schema (version 1, `country` backfilling) before the schema entry is logged, and applies
+    /// U with it: a live row of R in `country`'s partition, under U's id. Instance B, still on
+    /// version 0, applies D, which tombstones R's rows in the partitions it knows. In every
+    /// order R is deleted (D follows U), so once the backfill is done no lookup finds R; but D
+    /// left the `country` row live, the backfill skips R (its owner row is D's tombstone), and
+    /// `country=CA` found R until a later replace by country recorded the removal of a record
+    /// absent for 22 s.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_delete_applied_before_an_index_add_reaches_a_row_written_early_under_the_new_schema(backend) {
         let label = format!("{backend:?}");
         let store = common::store(backend);
         let names = Names::new(&common::unique_name("earlyrow"), None, None).unwrap();
@@ -1677,17 +1677,17 @@ async fn a_delete_applied_before_an_index_add_reaches_a_row_written_early_under_
     }
 }
 
-/// Simulator seed 809. R = {KCCC, iata CCC, country US} is applied; F1 = delete country=US,
-/// then F2 = delete iata=CCC (both shard 0, pending), then L = upsert of R with country MX
-/// (shard 3), ids F1 < F2 < L. L's apply moves R out of US (a tombstone there, under L's id)
-/// and writes its owner row, and is held before its row of iata CCC; shard 0 is applied
-/// meanwhile. F1 meets L's tombstone, and through the history finds that the version before
-/// it (US) matched: it removed R. F2 then found R's row of iata CCC still holding that
-/// version, live under its old id, and recorded a second removal of a record F1 had removed.
-/// F1 now tombstones that version's rows too, where L has not written yet.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_delete_after_a_filter_removed_a_version_that_a_later_upsert_is_still_moving_records_no_second_removal() {
-    for backend in common::backends() {
+common::backend_tests! {
+    /// Simulator seed 809. R = {KCCC, iata CCC, country US} is applied; F1 = delete country=US,
+    /// then F2 = delete iata=CCC (both shard 0, pending), then L = upsert of R with country MX
+    /// (shard 3), ids F1 < F2 < L. L's apply moves R out of US (a tombstone there, under L's id)
+    /// and writes its owner row, and is held before its row of iata CCC; shard 0 is applied
+    /// meanwhile. F1 meets L's tombstone, and through the history finds that the version before
+    /// it (US) matched: it removed R. F2 then found R's row of iata CCC still holding that
+    /// version, live under its old id, and recorded a second removal of a record F1 had removed.
+    /// F1 now tombstones that version's rows too, where L has not written yet.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_delete_after_a_filter_removed_a_version_that_a_later_upsert_is_still_moving_records_no_second_removal(backend) {
         let (label, inner, names, opts, c) = history_catalog(backend, "moving", |_| {}).await;
         let (layer, held) = held_instance(&inner, &names, opts, "iata", "CCC").await;
         let v0 = c.upsert(kccc("US"), true).await.unwrap();
@@ -1710,18 +1710,18 @@ async fn a_delete_after_a_filter_removed_a_version_that_a_later_upsert_is_still_
     }
 }
 
-/// The sweeper's horizon, its pending half (docs/ARCHITECTURE.md, "Order", step 9; found with
-/// the mutant `sweep-ignores-pending` under the simulator, seed 2). R = {KCCC, country US} is
-/// applied; F = delete country=US is logged (shard 0) and stays pending; then L = upsert of
-/// R with country MX (shard 3, id above F's) is applied, which moves R out of US: a tombstone
-/// there under L's id. A sweep runs past the grace period while F is still pending. F was
-/// acknowledged before L was issued, so F removed R's US version; it learns so from L's
-/// tombstone (a row a later entry hid, then the history). A sweep that removed that tombstone
-/// because it is older than the grace period, though F, below it, is pending, leaves F with
-/// nothing to find: no removal, and R's history says the US version lived on until L.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_sweep_keeps_a_later_entrys_tombstone_that_a_pending_delete_below_it_still_needs() {
-    for backend in common::backends() {
+common::backend_tests! {
+    /// The sweeper's horizon, its pending half (docs/ARCHITECTURE.md, "Order", step 9; found with
+    /// the mutant `sweep-ignores-pending` under the simulator, seed 2). R = {KCCC, country US} is
+    /// applied; F = delete country=US is logged (shard 0) and stays pending; then L = upsert of
+    /// R with country MX (shard 3, id above F's) is applied, which moves R out of US: a tombstone
+    /// there under L's id. A sweep runs past the grace period while F is still pending. F was
+    /// acknowledged before L was issued, so F removed R's US version; it learns so from L's
+    /// tombstone (a row a later entry hid, then the history). A sweep that removed that tombstone
+    /// because it is older than the grace period, though F, below it, is pending, leaves F with
+    /// nothing to find: no removal, and R's history says the US version lived on until L.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_sweep_keeps_a_later_entrys_tombstone_that_a_pending_delete_below_it_still_needs(backend) {
         let (label, _, _, _, c) = history_catalog(backend, "horizon", |o| o.wal.tombstone_grace = Duration::ZERO).await;
         let v0 = c.upsert(kccc("US"), true).await.unwrap();
         let del = c.delete(f("country", "US"), false).await.unwrap();
@@ -1744,17 +1744,17 @@ async fn a_sweep_keeps_a_later_entrys_tombstone_that_a_pending_delete_below_it_s
     }
 }
 
-/// Simulator seed 5215 (the mirror of seed 277). Replace P writes record R with country CA
-/// (shard 0), then upsert U of R with country US (shard 3) is logged, both before `country`
-/// is added. Instance B adopts the new schema (version 1) before the change's entry is
-/// logged and applies P with it: R's rows, one of them in `country`'s partition CA. Instance
-/// A, still on version 0, applies U, which does not know `country` and so left R's CA row
-/// live; the backfill then wrote U's US row, and `country=CA` kept finding R. U now meets
-/// rows written under version 1, re-reads the schema and applies again with it, moving R out
-/// of CA.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_upsert_applied_under_the_old_schema_after_a_row_written_under_the_new_one_moves_it() {
-    for backend in common::backends() {
+common::backend_tests! {
+    /// Simulator seed 5215 (the mirror of seed 277). Replace P writes record R with country CA
+    /// (shard 0), then upsert U of R with country US (shard 3) is logged, both before `country`
+    /// is added. Instance B adopts the new schema (version 1) before the change's entry is
+    /// logged and applies P with it: R's rows, one of them in `country`'s partition CA. Instance
+    /// A, still on version 0, applies U, which does not know `country` and so left R's CA row
+    /// live; the backfill then wrote U's US row, and `country=CA` kept finding R. U now meets
+    /// rows written under version 1, re-reads the schema and applies again with it, moving R out
+    /// of CA.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_upsert_applied_under_the_old_schema_after_a_row_written_under_the_new_one_moves_it(backend) {
         let label = format!("{backend:?}");
         let store = common::store(backend);
         let names = Names::new(&common::unique_name("oldschema"), None, None).unwrap();

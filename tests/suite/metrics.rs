@@ -15,7 +15,7 @@ use table_catalog::store::{Entity, IfMatch, StoreError};
 use table_catalog::testing::names::Names;
 use table_catalog::{Catalog, CatalogOptions};
 
-use common::{airports_schema, backends, call, store, unique_name};
+use common::{airports_schema, call, store, unique_name};
 
 /// Sum of the samples of `name` whose labels contain every `labels` item (e.g. `op="insert"`).
 fn metric(text: &str, name: &str, labels: &[&str]) -> f64 {
@@ -36,9 +36,9 @@ async fn scrape(app: &axum::Router) -> String {
     }
 }
 
-#[tokio::test]
-async fn metrics_move_with_writes_applies_conflicts_and_faults() {
-    for backend in backends() {
+common::backend_tests! {
+    #[tokio::test]
+    async fn metrics_move_with_writes_applies_conflicts_and_faults(backend) {
         let faults = Arc::new(FaultStore::new(store(backend), 7));
         let counting = CountingStore::new(faults.clone());
         let counts = counting.counts().clone();
@@ -148,15 +148,15 @@ async fn metrics_move_with_writes_applies_conflicts_and_faults() {
     }
 }
 
-/// Issue 27, item 4: a status read (and so a metrics scrape) costs a bounded number of
-/// storage requests under any backlog. 12,000 pending entries in one shard are counted up to
-/// `COUNT_CAP` (10,000): the status says `pending_capped`, and the count reads at most 11
-/// pages of keys on Azure (one request on the embedded store), not the 12 a full count needs.
-#[tokio::test]
-async fn a_status_read_under_a_large_backlog_counts_up_to_the_cap() {
-    use table_catalog::store::{BatchOp, TableStore};
-    use table_catalog::testing::wal::COUNT_CAP;
-    for backend in backends() {
+common::backend_tests! {
+    /// Issue 27, item 4: a status read (and so a metrics scrape) costs a bounded number of
+    /// storage requests under any backlog. 12,000 pending entries in one shard are counted up to
+    /// `COUNT_CAP` (10,000): the status says `pending_capped`, and the count reads at most 11
+    /// pages of keys on Azure (one request on the embedded store), not the 12 a full count needs.
+    #[tokio::test]
+    async fn a_status_read_under_a_large_backlog_counts_up_to_the_cap(backend) {
+        use table_catalog::store::{BatchOp, TableStore};
+        use table_catalog::testing::wal::COUNT_CAP;
         let counting = Arc::new(CountingStore::new(store(backend)));
         let names = Names::new(&unique_name("capped"), None, None).unwrap();
         let c =

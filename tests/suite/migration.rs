@@ -183,9 +183,9 @@ async fn migrate_one_shard_catalog_to_four(backend: common::Backend) {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn one_shard_catalog_migrates_to_four_shards_and_never_back() {
-    for backend in common::backends() {
+common::backend_tests! {
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn one_shard_catalog_migrates_to_four_shards_and_never_back(backend) {
         migrate_one_shard_catalog_to_four(backend).await;
     }
 }

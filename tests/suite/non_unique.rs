@@ -16,9 +16,9 @@ use table_catalog::testing::schema::Schema;
 
 use common::Backend;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_lookup_by_a_shared_value_pages_through_every_record_once() {
-    for backend in common::backends() {
+common::backend_tests! {
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_lookup_by_a_shared_value_pages_through_every_record_once(backend) {
         let schema = Schema::new(vec!["icao".into(), "iata".into(), "country".into()], "name").unwrap();
         let rows = import::read_file(&common::airports_csv(), Format::Csv, &schema).unwrap();
         let all = std::env::var("TC_NON_UNIQUE_ALL").is_ok_and(|v| v == "1");

@@ -63,9 +63,9 @@ async fn environment_fault_is_retried_not_buried(backend: common::Backend, error
     }
 }
 
-#[tokio::test]
-async fn a_catalog_table_refusing_access_holds_entries_pending_instead_of_burying_them() {
-    for backend in common::backends() {
+common::backend_tests! {
+    #[tokio::test]
+    async fn a_catalog_table_refusing_access_holds_entries_pending_instead_of_burying_them(backend) {
         let forbidden = StoreError::Other("injected 403 AuthorizationPermissionMismatch".into());
         environment_fault_is_retried_not_buried(backend, forbidden).await;
         let missing = StoreError::NotFound("injected 404 TableNotFound".into());
@@ -73,10 +73,10 @@ async fn a_catalog_table_refusing_access_holds_entries_pending_instead_of_buryin
     }
 }
 
-/// The table really deleted, then created again: nothing lost, nothing dead.
-#[tokio::test]
-async fn a_deleted_catalog_table_holds_entries_pending_until_it_is_created_again() {
-    for backend in common::backends() {
+common::backend_tests! {
+    /// The table really deleted, then created again: nothing lost, nothing dead.
+    #[tokio::test]
+    async fn a_deleted_catalog_table_holds_entries_pending_until_it_is_created_again(backend) {
         let (faults, c) = open(backend).await;
         c.upsert(airport(0, 1), true).await.unwrap();
         faults.delete_table(&c.names().table).await.unwrap();
@@ -106,9 +106,9 @@ async fn a_deleted_catalog_table_holds_entries_pending_until_it_is_created_again
     }
 }
 
-#[tokio::test]
-async fn a_dead_entry_is_listed_with_its_reason_and_redrive_applies_it_in_id_order() {
-    for backend in common::backends() {
+common::backend_tests! {
+    #[tokio::test]
+    async fn a_dead_entry_is_listed_with_its_reason_and_redrive_applies_it_in_id_order(backend) {
         let (faults, c) = open(backend).await;
         // Storage refuses the rows as breaking a service rule: the entry's own fault.
         refuse_catalog_writes(&faults, &c, StoreError::InvalidInput("injected 400 PropertyValueTooLarge".into()));

@@ -171,16 +171,16 @@ async fn corrupt_verify_repair(backend: common::Backend) {
     assert!(c.query_all(&by("lid", "OR2")).await.unwrap().is_empty());
 }
 
-#[tokio::test]
-async fn corrupted_catalog_is_verified_repaired_and_verifies_clean() {
-    for backend in common::backends() {
+common::backend_tests! {
+    #[tokio::test]
+    async fn corrupted_catalog_is_verified_repaired_and_verifies_clean(backend) {
         corrupt_verify_repair(backend).await;
     }
 }
 
-#[tokio::test]
-async fn a_delete_newer_than_the_live_rows_is_repaired_as_a_delete() {
-    for backend in common::backends() {
+common::backend_tests! {
+    #[tokio::test]
+    async fn a_delete_newer_than_the_live_rows_is_repaired_as_a_delete(backend) {
         let c = common::airports_catalog(backend).await;
         let r = airport(1);
         c.upsert(r.clone(), true).await.unwrap();
@@ -196,9 +196,9 @@ async fn a_delete_newer_than_the_live_rows_is_repaired_as_a_delete() {
     }
 }
 
-#[tokio::test]
-async fn an_identity_filter_deletes_one_record_of_two_sharing_every_named_value() {
-    for backend in common::backends() {
+common::backend_tests! {
+    #[tokio::test]
+    async fn an_identity_filter_deletes_one_record_of_two_sharing_every_named_value(backend) {
         let c = common::airports_catalog(backend).await;
         // Same icao and name; the second also has an iata code: two identities that every
         // filter on index values alone matches together.
@@ -213,12 +213,12 @@ async fn an_identity_filter_deletes_one_record_of_two_sharing_every_named_value(
     }
 }
 
-/// Issue 27, item 1: the removal of a stray row is fenced by the ETag the scan saw. A stray
-/// row written again after the check (here: the same copy written again, by hand) is left
-/// alone by the removal logged for it; the next repair, which sees the new ETag, removes it.
-#[tokio::test]
-async fn a_stray_row_written_after_the_scan_saw_it_is_left_by_its_removal() {
-    for backend in common::backends() {
+common::backend_tests! {
+    /// Issue 27, item 1: the removal of a stray row is fenced by the ETag the scan saw. A stray
+    /// row written again after the check (here: the same copy written again, by hand) is left
+    /// alone by the removal logged for it; the next repair, which sees the new ETag, removes it.
+    #[tokio::test]
+    async fn a_stray_row_written_after_the_scan_saw_it_is_left_by_its_removal(backend) {
         let c = common::airports_catalog(backend).await;
         let t = c.names().table.clone();
         let (r1, r2) = (airport(1), airport(2));

@@ -32,9 +32,9 @@ const PREFIXES: [&str; 16] = [
 const SUFFIXES: [&str; 6] = ["", "x", "jfk", "😀", "%41", "_1"];
 const ROW_KEYS: [&str; 3] = ["", "a:0001", "é:ff"];
 
-#[tokio::test]
-async fn the_prefix_scan_returns_every_entity_once_on_every_backend() {
-    for backend in common::backends() {
+common::backend_tests! {
+    #[tokio::test]
+    async fn the_prefix_scan_returns_every_entity_once_on_every_backend(backend) {
         let store = common::store(backend);
         let t = unique_table("scan");
         store.create_table(&t).await.unwrap();

@@ -276,16 +276,16 @@ async fn regression_applier_losing_its_lease_mid_page_keeps_the_groups_it_applie
     }
 }
 
-/// Order step 4 for a replace's new record ("what was applied early with a larger effective
-/// id stays on top"). A replace R (shard 0) whose new record is JFK v=1 stays pending (shard
-/// 0's lease held, as by a slow applier) while a newer upsert of JFK, v=2, is logged and
-/// applied in JFK's shard. R is applied afterwards: its filter matches nothing, and its new
-/// record's rows, written with R's smaller id, must lose against v=2's (fenced writes), as if
-/// R had been applied first. A replace that writes its new record unconditionally brings v=1
-/// back over a write acknowledged after it (`scripts/mutants/no-fence.patch`).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_older_replace_applied_after_a_newer_upsert_of_its_record_leaves_the_newer_version() {
-    for backend in common::backends() {
+common::backend_tests! {
+    /// Order step 4 for a replace's new record ("what was applied early with a larger effective
+    /// id stays on top"). A replace R (shard 0) whose new record is JFK v=1 stays pending (shard
+    /// 0's lease held, as by a slow applier) while a newer upsert of JFK, v=2, is logged and
+    /// applied in JFK's shard. R is applied afterwards: its filter matches nothing, and its new
+    /// record's rows, written with R's smaller id, must lose against v=2's (fenced writes), as if
+    /// R had been applied first. A replace that writes its new record unconditionally brings v=1
+    /// back over a write acknowledged after it (`scripts/mutants/no-fence.patch`).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_older_replace_applied_after_a_newer_upsert_of_its_record_leaves_the_newer_version(backend) {
         let names = Names::new(&common::unique_name("fence"), None, None).unwrap();
         let c =
             Catalog::open(common::store(backend), names.clone(), common::airports_schema(), CatalogOptions::default())
