@@ -379,8 +379,11 @@ fn graph() -> Graph {
     let mut edges = Vec::new();
     for s in sources.iter().filter(|s| s.module != s.krate) {
         let toks = tokens(&s.code);
-        let children: BTreeSet<&String> =
-            modules.iter().filter(|m| m.len() == s.module.len() + 1 && m.starts_with(&s.module)).map(|m| &m[s.module.len()]).collect();
+        let children: BTreeSet<&String> = modules
+            .iter()
+            .filter(|m| m.len() == s.module.len() + 1 && m.starts_with(&s.module))
+            .map(|m| &m[s.module.len()])
+            .collect();
         // Inline modules (`mod internals { .. }`) open a scope: (name, brace depth).
         let mut inline: Vec<(String, usize)> = Vec::new();
         let mut depth = 0usize;
@@ -612,14 +615,45 @@ fn no_circle_between_siblings() {
         if dir.is_empty() {
             continue; // the top level is level 1
         }
-        found.extend(circles(&g, |m| (m.len() > dir.len() && m.starts_with(&dir)).then(|| m[..dir.len() + 1].to_vec())));
+        found
+            .extend(circles(&g, |m| (m.len() > dir.len() && m.starts_with(&dir)).then(|| m[..dir.len() + 1].to_vec())));
     }
     check("sibling modules", found);
 }
 
 /// Level 3: no circle between module files, a parent `mod.rs` and its children included.
+/// The circles left (a parent that re-exports or calls its children, children that use items
+/// the parent defines) are listed in [`FILE_CIRCLES_LEFT`]: a circle outside them, or one that
+/// grows, fails; the list may only shrink.
 #[test]
 fn no_circle_between_files() {
     let g = graph();
-    check("module files", circles(&g, |m| Some(m.clone())));
+    let found = circles(&g, |m| Some(m.clone()));
+    let allowed =
+        |scc: &[Module]| FILE_CIRCLES_LEFT.iter().any(|known| scc.iter().all(|m| known.contains(&name(m).as_str())));
+    let (_, new): (Vec<_>, Vec<_>) = found.into_iter().partition(|(scc, _)| allowed(scc));
+    check("module files", new);
 }
+
+/// The file-level circles not yet untangled (each between a directory's `mod.rs` and its
+/// children); shrink this list as they are.
+const FILE_CIRCLES_LEFT: &[&[&str]] = &[
+    &[
+        "apply",
+        "apply::barrier",
+        "apply::dropping",
+        "apply::fanout",
+        "apply::filter",
+        "apply::history",
+        "apply::schema_change",
+    ],
+    &["dispatch", "dispatch::worker"],
+    &["functions", "functions::routes"],
+    &["http", "http::indexes", "http::jobs"],
+    &["main::cli", "main::cli::commands", "main::cli::index", "main::cli::jobs", "main::cli::whole_table"],
+    &["main::cli::bench", "main::cli::bench::lookups", "main::cli::bench::sim", "main::cli::bench::writes"],
+    &["store", "store::pager", "store::value"],
+    &["store::local", "store::local::checkpointer", "store::local::readers", "store::local::writer"],
+    &["store::mem", "store::mem::queues", "store::mem::tables"],
+    &["wal", "wal::append", "wal::clock", "wal::entry", "wal::shard"],
+];
