@@ -26,7 +26,8 @@ use crate::names::Names;
 use crate::query::{self, Filter, ResultPage};
 use crate::record::{self, Record};
 use crate::schema::{RecordKeys, Schema};
-use crate::store::counting::{RequestCounts, RequestSnapshot};
+use crate::schema_manager::SchemaManager;
+use crate::store::counting::RequestCounts;
 use crate::store::{Store, MAX_PAGE};
 use crate::wal::{Op, Wal};
 
@@ -35,6 +36,7 @@ use crate::wal::{Op, Wal};
 // `dead` return. Re-exported here so that the `wal` and `apply` modules stay private.
 pub use crate::apply::sweep::SweepReport;
 pub use crate::apply::DrainOutcome;
+pub use crate::status::{ShardStatus, Status};
 pub use crate::wal::{DeadEntry, DeadPage, ShardId, WalId, WalOptions};
 
 /// Tunables of a catalog.
@@ -126,49 +128,6 @@ pub struct WalEntryState {
     pub detail: &'static str,
 }
 
-/// Health of one WAL shard.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct ShardStatus {
-    /// The shard's WAL partition (`wal`, `wal-01`..).
-    pub shard: String,
-    /// Entries not yet applied; a lower bound when `pending_capped`.
-    pub pending: u64,
-    /// The count reached `crate::wal::COUNT_CAP`. Omitted when false.
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
-    pub pending_capped: bool,
-    /// Age of the oldest pending entry, in milliseconds.
-    pub oldest_pending_age_ms: Option<u64>,
-    /// The last applied WAL id of this shard.
-    pub checkpoint: Option<String>,
-}
-
-/// Health of the WAL and the queues.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Status {
-    /// WAL entries not yet applied, over every shard; a lower bound when `pending_capped`.
-    pub pending: u64,
-    /// Some shard's backlog reached the count cap (`crate::wal::COUNT_CAP` entries, counted
-    /// so that a status read stays cheap under any backlog): `pending` is at least that much.
-    /// Omitted when false.
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
-    pub pending_capped: bool,
-    /// Age of the oldest pending entry of any shard, in milliseconds.
-    pub oldest_pending_age_ms: Option<u64>,
-    /// The largest checkpoint over the shards (the last applied WAL id).
-    pub checkpoint: Option<String>,
-    /// Each shard's pending count, oldest pending age and checkpoint.
-    pub shards: Vec<ShardStatus>,
-    /// Messages on the poison queue (approximate).
-    pub poison: u64,
-    /// WAL entries that could not be applied (see the WAL's `dead` partition).
-    pub dead: u64,
-    /// Storage requests this process has made since it opened its store, by operation and
-    /// outcome (see [`crate::store::counting`]). Present when the catalog was given its
-    /// store's counters ([`Catalog::with_request_counts`]; [`crate::Config::open`] does).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub requests: Option<RequestSnapshot>,
-}
-
 /// What handling one apply-queue message did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum MessageOutcome {
@@ -188,8 +147,8 @@ pub enum MessageOutcome {
 /// A multi-index catalog.
 pub struct Catalog {
     store: Arc<dyn Store>,
-    wal: Arc<Wal>,
-    applier: Applier,
+    /// The schema in force and its changes; holds the WAL and the apply engine.
+    schemas: SchemaManager,
     names: Names,
     opts: CatalogOptions,
     /// Wakes an in-process queue worker when this process's hinter put a hint on the queue.
@@ -204,7 +163,7 @@ pub struct Catalog {
 
 impl std::fmt::Debug for Catalog {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Catalog").field("names", &self.names).field("schema", &self.applier.schema()).finish()
+        f.debug_struct("Catalog").field("names", &self.names).field("schema", &self.applier().schema()).finish()
     }
 }
 
@@ -214,8 +173,8 @@ impl Catalog {
     pub async fn open(store: Arc<dyn Store>, names: Names, schema: Schema, opts: CatalogOptions) -> Result<Catalog> {
         let wal = Arc::new(Wal::new(store.clone(), names.wal_table.clone(), opts.wal.clone()));
         wal.init().await?;
-        let mut applier =
-            Applier::new(wal.clone(), names.table.clone(), schema).with_scan_queue(names.scan_queue.clone());
+        let jobs = SchemaManager::jobs(store.clone(), names.wal_table.clone(), names.scan_queue.clone());
+        let mut applier = Applier::new(wal.clone(), names.table.clone(), schema).with_jobs(jobs.clone());
         if opts.history.enabled {
             opts.history.validate()?;
             names.check_history_table()?;
@@ -228,7 +187,8 @@ impl Catalog {
         store.create_queue(&names.scan_poison_queue).await?;
         let work = Arc::new(tokio::sync::Notify::new());
         let hints = Hinter::new(store.clone(), names.queue.clone(), work.clone(), wal.write_share());
-        Ok(Catalog { store, wal, applier, names, opts, work, hints, requests: None, apply_metrics: Default::default() })
+        let schemas = SchemaManager::new(store.clone(), wal, applier, jobs, hints.clone());
+        Ok(Catalog { store, schemas, names, opts, work, hints, requests: None, apply_metrics: Default::default() })
     }
 
     /// Reports `counts` in [`Catalog::status`] (builder style). Pass the counters of the
@@ -241,7 +201,7 @@ impl Catalog {
     /// The schema in force in this process (re-read when a newer version shows up: see
     /// [`crate::indexes`]).
     pub fn schema(&self) -> Arc<Schema> {
-        self.applier.schema()
+        self.applier().schema()
     }
 
     /// Table and queue names.
@@ -256,12 +216,17 @@ impl Catalog {
 
     /// The WAL (for operators and tests: `testing::CatalogInternals`).
     pub(crate) fn wal(&self) -> &Wal {
-        &self.wal
+        self.schemas.wal()
     }
 
     /// The apply engine (for operators and tests: `testing::CatalogInternals`).
     pub(crate) fn applier(&self) -> &Applier {
-        &self.applier
+        self.schemas.applier()
+    }
+
+    /// The schema manager: index changes and the schema in force ([`crate::indexes`]).
+    pub(crate) fn schemas(&self) -> &SchemaManager {
+        &self.schemas
     }
 
     /// Validates a record and keys it under `schema`; an upsert of it goes to the shard of
@@ -271,7 +236,7 @@ impl Catalog {
         let record = schema.redact(record);
         record::validate(&record)?;
         let keys = schema.record_keys(&record)?;
-        let shard = self.applier.shard_of(&keys.row_key);
+        let shard = self.applier().shard_of(&keys.row_key);
         Ok((record, keys, shard))
     }
 
@@ -283,88 +248,72 @@ impl Catalog {
         Ok(schema.blind_filter(filter.allow_partial(false)))
     }
 
-    /// Runs `attempt` with the schema in force, again with the re-read schema when the
-    /// schema changed while it was logging ([`Error::SchemaChanged`]: nothing was written),
-    /// so nothing is logged as validated under a replaced schema. At most 5 attempts.
-    async fn under_schema<T, F, Fut>(&self, attempt: F) -> Result<T>
-    where
-        F: Fn(Arc<Schema>) -> Fut,
-        Fut: std::future::Future<Output = Result<T>>,
-    {
-        let mut tries = 0;
-        loop {
-            match attempt(self.schema()).await {
-                Err(Error::SchemaChanged(version)) if tries < 4 => {
-                    tries += 1;
-                    self.applier.ensure_schema(version).await?;
-                }
-                other => return other,
-            }
-        }
-    }
-
     /// Adds a record. Fails with [`Error::Conflict`] when a record with the same identity
     /// (sort value and indexed values) is already visible; use [`Catalog::upsert`] to
     /// overwrite. The check is made when the write is logged: two concurrent inserts of the
     /// same identity both succeed and the later one wins.
     pub async fn insert(&self, record: Record, wait: bool) -> Result<Written> {
-        self.under_schema(|schema| {
-            let record = record.clone();
-            async move {
-                let (record, keys, shard) = self.check_record(&schema, record)?;
-                if let Some((_, pk)) = keys.partitions.first() {
-                    if let Some(row) = self.store.get(&self.names.table, pk, &keys.row_key).await? {
-                        if record::from_entity(&row).is_some() {
-                            return Err(Error::Conflict(format!(
-                                "a record with RowKey '{}' already exists; use upsert to overwrite it",
-                                keys.row_key
-                            )));
+        self.schemas
+            .under_schema(|schema| {
+                let record = record.clone();
+                async move {
+                    let (record, keys, shard) = self.check_record(&schema, record)?;
+                    if let Some((_, pk)) = keys.partitions.first() {
+                        if let Some(row) = self.store.get(&self.names.table, pk, &keys.row_key).await? {
+                            if record::from_entity(&row).is_some() {
+                                return Err(Error::Conflict(format!(
+                                    "a record with RowKey '{}' already exists; use upsert to overwrite it",
+                                    keys.row_key
+                                )));
+                            }
                         }
                     }
+                    self.log(&schema, shard, Op::Upsert { record }, wait).await
                 }
-                self.log(&schema, shard, Op::Upsert { record }, wait).await
-            }
-        })
-        .await
+            })
+            .await
     }
 
     /// Stores a record in every index, replacing one with the same identity.
     pub async fn upsert(&self, record: Record, wait: bool) -> Result<Written> {
-        self.under_schema(|schema| {
-            let record = record.clone();
-            async move {
-                let (record, _, shard) = self.check_record(&schema, record)?;
-                self.log(&schema, shard, Op::Upsert { record }, wait).await
-            }
-        })
-        .await
+        self.schemas
+            .under_schema(|schema| {
+                let record = record.clone();
+                async move {
+                    let (record, _, shard) = self.check_record(&schema, record)?;
+                    self.log(&schema, shard, Op::Upsert { record }, wait).await
+                }
+            })
+            .await
     }
 
     /// Deletes the records matching `filter` (when applied) and stores `record`. Use it to
     /// change a record's indexed values.
     pub async fn replace(&self, filter: Filter, record: Record, wait: bool) -> Result<Written> {
-        self.under_schema(|schema| {
-            let (filter, record) = (filter.clone(), record.clone());
-            async move {
-                let filter = self.check_filter(&schema, filter)?;
-                let (record, _, _) = self.check_record(&schema, record)?;
-                self.log(&schema, ShardId::ZERO, Op::Replace { filter, record }, wait).await
-            }
-        })
-        .await
+        self.schemas
+            .under_schema(|schema| {
+                let (filter, record) = (filter.clone(), record.clone());
+                async move {
+                    let filter = self.check_filter(&schema, filter)?;
+                    let (record, _, _) = self.check_record(&schema, record)?;
+                    self.log(&schema, ShardId::ZERO, Op::Replace { filter, record }, wait).await
+                }
+            })
+            .await
     }
 
     /// Deletes the records matching `filter` from every index. The filter is resolved when
     /// the entry is applied, so it also deletes matching writes logged before it.
     pub async fn delete(&self, filter: Filter, wait: bool) -> Result<Written> {
-        self.under_schema(|schema| {
-            let filter = filter.clone();
-            async move {
-                let filter = self.check_filter(&schema, filter)?;
-                self.log(&schema, ShardId::ZERO, Op::Delete { filter }, wait).await
-            }
-        })
-        .await
+        self.schemas
+            .under_schema(|schema| {
+                let filter = filter.clone();
+                async move {
+                    let filter = self.check_filter(&schema, filter)?;
+                    self.log(&schema, ShardId::ZERO, Op::Delete { filter }, wait).await
+                }
+            })
+            .await
     }
 
     /// Logs the removal of one stray catalog row (`repair`, for a `stray_row` finding): the
@@ -377,15 +326,16 @@ impl Catalog {
                 return Err(Error::invalid(format!("remove_row: {field} is empty")));
             }
         }
-        self.under_schema(|schema| async move {
-            let op = Op::RemoveRow {
-                partition_key: partition_key.to_string(),
-                row_key: row_key.to_string(),
-                etag: etag.to_string(),
-            };
-            self.log(&schema, ShardId::ZERO, op, false).await
-        })
-        .await
+        self.schemas
+            .under_schema(|schema| async move {
+                let op = Op::RemoveRow {
+                    partition_key: partition_key.to_string(),
+                    row_key: row_key.to_string(),
+                    etag: etag.to_string(),
+                };
+                self.log(&schema, ShardId::ZERO, op, false).await
+            })
+            .await
     }
 
     /// Logs `op` (validated under `schema`) in `shard` (the one [`Applier::route`] gives it).
@@ -400,9 +350,9 @@ impl Catalog {
             }
             Op::Upsert { .. } | Op::Schema { .. } | Op::RemoveRow { .. } => false,
         };
-        let id = self.wal.append_under(vec![(shard, op)], schema.version()).await?.remove(0);
+        let id = self.wal().append_under(vec![(shard, op)], schema.version()).await?.remove(0);
         self.hint(shard, &id);
-        if on_added && self.wal.current_schema_version().await? > schema.version() {
+        if on_added && self.wal().current_schema_version().await? > schema.version() {
             // A filter on an added index, durable only after an index change was made: if the
             // change drops the index, the entry may be applied after the drop and then takes
             // no effect. Not acknowledged: it may or may not take effect.
@@ -419,6 +369,7 @@ impl Catalog {
     /// record was rejected. Valid records are logged even when others are rejected.
     pub async fn upsert_many(&self, records: Vec<Record>, wait: bool) -> Result<Vec<Result<String>>> {
         let (mut results, ids, slots, shards) = self
+            .schemas
             .under_schema(|schema| {
                 let records = records.clone();
                 async move {
@@ -436,7 +387,7 @@ impl Catalog {
                         }
                     }
                     let shards: Vec<ShardId> = ops.iter().map(|(s, _)| *s).collect();
-                    let ids = self.wal.append_under(ops, schema.version()).await?;
+                    let ids = self.wal().append_under(ops, schema.version()).await?;
                     Ok((results, ids, slots, shards))
                 }
             })
@@ -486,12 +437,12 @@ impl Catalog {
         loop {
             let started = crate::env::now();
             let outcome = self
-                .applier
+                .applier()
                 .apply_shard_by(shard, deadline.min(crate::env::now() + self.opts.wal.apply_budget))
                 .await?;
             self.record_apply(&shard.partition(), &outcome, started);
-            if !self.wal.is_pending(shard, id).await? {
-                return match self.wal.dead_reason(id).await? {
+            if !self.wal().is_pending(shard, id).await? {
+                return match self.wal().dead_reason(id).await? {
                     None => Ok(true),
                     Some(reason) => {
                         Err(Error::Invalid(format!("write {id} was logged but cannot be applied: {reason}")))
@@ -533,7 +484,7 @@ impl Catalog {
     /// The schema to run lookup `filter` under, after checking the filter against it (see
     /// [`crate::indexes::lookup_schema`]).
     async fn lookup_schema(&self, filter: &Filter) -> Result<Arc<Schema>> {
-        crate::indexes::lookup_schema(self, filter).await
+        self.schemas.lookup_schema(filter).await
     }
 
     /// Read-your-writes: [`Catalog::query`], after every write acknowledged before this call
@@ -551,7 +502,7 @@ impl Catalog {
     ) -> Result<ResultPage> {
         let schema = self.lookup_schema(filter).await?;
         let deadline = crate::env::now() + self.opts.consistent_timeout;
-        match self.applier.catch_up(deadline).await? {
+        match self.applier().catch_up(deadline).await? {
             CaughtUp::Yes => self.query_under(&schema, filter, limit, continuation).await,
             CaughtUp::Backlog { pending } => Err(Error::Busy {
                 message: format!(
@@ -585,7 +536,7 @@ impl Catalog {
         limit: usize,
         continuation: Option<&str>,
     ) -> Result<HistoryPage> {
-        let Some(table) = self.applier.history_table() else {
+        let Some(table) = self.applier().history_table() else {
             return Err(Error::NotFound(format!(
                 "catalog '{}' keeps no history; set {}=on (CLI: --history on)",
                 self.names.table,
@@ -619,14 +570,14 @@ impl Catalog {
     /// plus one for the dead partition.
     pub async fn wal_state(&self, id: &str) -> Result<WalState> {
         let id = WalId::parse(id).ok_or_else(|| Error::invalid(format!("id: '{id}' is not a WAL id")))?;
-        if self.wal.find_pending(&id).await?.is_some() {
+        if self.wal().find_pending(&id).await?.is_some() {
             return Ok(WalState::Pending);
         }
-        if self.wal.dead_reason(&id).await?.is_some() {
+        if self.wal().dead_reason(&id).await?.is_some() {
             return Ok(WalState::Dead);
         }
-        let count = self.wal.current_shard_count().await?;
-        let checkpoints = futures::future::try_join_all(ShardId::all(count).map(|s| self.wal.checkpoint(s))).await?;
+        let count = self.wal().current_shard_count().await?;
+        let checkpoints = futures::future::try_join_all(ShardId::all(count).map(|s| self.wal().checkpoint(s))).await?;
         let checkpoints: Vec<WalId> = checkpoints.into_iter().flatten().collect();
         if checkpoints.iter().any(|cp| crate::wal::id::entry_of(cp.as_str()) == id.as_str()) {
             return Ok(WalState::Applied);
@@ -648,12 +599,12 @@ impl Catalog {
     /// reason each died: at most `limit` (1-1,000), from a continuation token of the previous
     /// page. See `crate::apply::dead`.
     pub async fn dead(&self, limit: usize, continuation: Option<&str>) -> Result<DeadPage> {
-        self.wal.dead_page(limit, continuation).await
+        self.wal().dead_page(limit, continuation).await
     }
 
     /// Every dead entry, in id order (a page of 1,000 per request).
     pub fn dead_entries(&self) -> futures::stream::BoxStream<'_, Result<DeadEntry>> {
-        self.wal.dead_entries()
+        self.wal().dead_entries()
     }
 
     /// Moves dead entry `id` (or every dead entry, when `None`) back to pending, in the shard
@@ -665,7 +616,7 @@ impl Catalog {
             Some(s) => Some(WalId::parse(s).ok_or_else(|| Error::invalid(format!("id: '{s}' is not a WAL id")))?),
             None => None,
         };
-        let moved = self.applier.redrive(id.as_ref()).await?;
+        let moved = self.applier().redrive(id.as_ref()).await?;
         let mut newest: std::collections::BTreeMap<ShardId, &WalId> = std::collections::BTreeMap::new();
         for (id, shard) in &moved {
             newest.insert(*shard, id);
@@ -680,7 +631,7 @@ impl Catalog {
     /// description).
     pub async fn recover(&self) -> Result<DrainOutcome> {
         let started = crate::env::now();
-        let outcome = self.applier.apply_all().await?;
+        let outcome = self.applier().apply_all().await?;
         self.record_apply("all", &outcome, started);
         Ok(outcome)
     }
@@ -707,8 +658,8 @@ impl Catalog {
     /// Pending entries, oldest pending age, checkpoint, poison and dead counts, and the
     /// request counts when the catalog has them.
     pub async fn status(&self) -> Result<Status> {
-        let backlog = self.wal.backlog().await?;
-        let checkpoints = futures::future::try_join_all(backlog.iter().map(|b| self.wal.checkpoint(b.shard))).await?;
+        let backlog = self.wal().backlog().await?;
+        let checkpoints = futures::future::try_join_all(backlog.iter().map(|b| self.wal().checkpoint(b.shard))).await?;
         Ok(Status {
             pending: backlog.iter().map(|b| b.pending).sum(),
             pending_capped: backlog.iter().any(|b| b.capped),
@@ -726,14 +677,14 @@ impl Catalog {
                 })
                 .collect(),
             poison: self.store.approximate_count(&self.names.poison_queue).await?,
-            dead: self.wal.dead_count().await?,
+            dead: self.wal().dead_count().await?,
             requests: self.requests.as_ref().map(|c| c.snapshot()),
         })
     }
 
     /// One sweep (see `crate::apply::sweep`).
     pub async fn sweep(&self) -> Result<SweepReport> {
-        self.applier.sweep(self.opts.sweep_apply_after).await
+        self.applier().sweep(self.opts.sweep_apply_after).await
     }
 
     /// Handles one apply-queue message (decoded text, i.e. after Base64). Hints apply the
@@ -770,6 +721,7 @@ impl Catalog {
                     Err(e) => return Ok(MessageOutcome::Rejected { reason: e.to_string() }),
                 };
                 let logged = self
+                    .schemas
                     .under_schema(|schema| {
                         let op = op.clone();
                         async move {
@@ -778,7 +730,7 @@ impl Catalog {
                                 Ok(op) => op,
                                 Err(e) => return Ok(Err(e.to_string())),
                             };
-                            Ok(Ok(self.wal.append_intent(op, message_id, schema.version()).await?))
+                            Ok(Ok(self.wal().append_intent(op, message_id, schema.version()).await?))
                         }
                     })
                     .await?;
@@ -789,11 +741,11 @@ impl Catalog {
             }
         };
         let started = crate::env::now();
-        let outcome = self.applier.apply_shard(shard).await?;
+        let outcome = self.applier().apply_shard(shard).await?;
         self.record_apply(&shard.partition(), &outcome, started);
         if let DrainOutcome::Partial { .. } = outcome {
             // Out of time with entries still pending: hand the rest to the next invocation.
-            if let Some(oldest) = self.wal.oldest_pending(shard).await? {
+            if let Some(oldest) = self.wal().oldest_pending(shard).await? {
                 self.hint(shard, &oldest);
             }
         }
@@ -844,11 +796,5 @@ pub(crate) mod internals {
         fn applier(&self) -> &Applier {
             Catalog::applier(self)
         }
-    }
-
-    /// The dispatcher of `catalog`'s scan queue (`JobHandler::dispatcher`).
-    #[cfg(feature = "testing")]
-    pub fn job_dispatcher(catalog: std::sync::Arc<Catalog>) -> crate::dispatch::Dispatcher {
-        crate::jobs::JobHandler::dispatcher(catalog)
     }
 }

@@ -22,11 +22,8 @@
 
 use md5::{Digest, Md5};
 
+pub use crate::store::key_rules::{cmp_utf16, is_forbidden_key_char, MAX_KEY_UTF16};
 use crate::store::RowRange;
-
-/// Longest PartitionKey or RowKey, in UTF-16 code units: 1 KiB as UTF-16. Azure documents
-/// "up to 1 KiB"; Azurite enforces 512 UTF-16 units; this limit is safe under both readings.
-pub const MAX_KEY_UTF16: usize = 512;
 
 /// Why a key could not be built.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -43,11 +40,6 @@ pub enum KeyError {
         /// Encoded length in UTF-16 code units.
         len: usize,
     },
-}
-
-/// True for the characters Azure forbids in PartitionKey and RowKey values.
-pub fn is_forbidden_key_char(c: char) -> bool {
-    matches!(c, '/' | '\\' | '#' | '?' | '\u{0}'..='\u{1f}' | '\u{7f}'..='\u{9f}')
 }
 
 /// Writes forbidden characters and `%` as `%XX` (one per UTF-8 byte, uppercase hex).
@@ -249,12 +241,6 @@ pub fn row_ranges(from: Option<&str>, to: Option<&str>) -> Vec<RowRange> {
         ranges.push(empty_range(&before));
     }
     ranges
-}
-
-/// Compares keys by UTF-16 code units, the order of the Table service (and of Azurite and
-/// the embedded store): astral characters (surrogate pairs) sort below U+E000..U+FFFF.
-pub fn cmp_utf16(a: &str, b: &str) -> std::cmp::Ordering {
-    a.encode_utf16().cmp(b.encode_utf16())
 }
 
 fn max_utf16<'a>(a: &'a str, b: &'a str) -> &'a str {

@@ -82,6 +82,7 @@ pub(crate) mod faults;
 pub(crate) mod hashed;
 pub(crate) mod hinter;
 pub(crate) mod import;
+pub(crate) mod job_core;
 pub(crate) mod keys;
 pub(crate) mod messages;
 pub(crate) mod metrics;
@@ -89,7 +90,9 @@ pub(crate) mod names;
 pub(crate) mod repair;
 pub(crate) mod scan;
 pub(crate) mod schema;
+pub(crate) mod schema_manager;
 pub(crate) mod settings;
+pub(crate) mod status;
 pub(crate) mod verify;
 pub(crate) mod wal;
 
@@ -122,7 +125,13 @@ pub mod cli_support {
 #[cfg(feature = "testing")]
 #[doc(hidden)]
 pub mod testing {
-    pub use crate::catalog::internals::{job_dispatcher, CatalogInternals};
+    pub use crate::catalog::internals::CatalogInternals;
+
+    /// The dispatcher of `catalog`'s scan queue (`JobHandler::dispatcher`).
+    pub fn job_dispatcher(catalog: std::sync::Arc<crate::Catalog>) -> crate::dispatch::Dispatcher {
+        crate::jobs::JobHandler::dispatcher(catalog)
+    }
+
     reexport_internals!(
         apply, dispatch, env, export, faults, hashed, hinter, import, keys, messages, metrics, names, repair, scan,
         schema, settings, verify, wal,

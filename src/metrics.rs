@@ -38,7 +38,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 
-use crate::catalog::Status;
+use crate::status::Status;
 use crate::store::counting::Outcome;
 
 /// The `Content-Type` of the rendered text (Prometheus text exposition format 0.0.4).

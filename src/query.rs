@@ -176,6 +176,21 @@ impl Filter {
     }
 }
 
+// Redacting a filter is the schema's (it holds the keys), written here so that `schema` does
+// not depend on `query`.
+impl Schema {
+    /// The filter as logged: every hashed field's value in redacted form, so a WAL entry
+    /// holds no plaintext of a hashed field. It addresses the same records.
+    pub fn blind_filter(&self, mut filter: Filter) -> Filter {
+        for (field, value) in &mut filter.fields {
+            if let Some(key) = self.key_of(field) {
+                *value = key.redacted(value);
+            }
+        }
+        filter
+    }
+}
+
 /// A record found by a query, with the RowKey it is stored under.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Found {

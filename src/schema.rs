@@ -314,7 +314,7 @@ impl Schema {
     }
 
     /// The key of `field`'s hashed index, when the field is hashed.
-    fn key_of(&self, field: &str) -> Option<&HashKey> {
+    pub(crate) fn key_of(&self, field: &str) -> Option<&HashKey> {
         self.hash_key.as_ref().filter(|_| self.hashed.iter().any(|h| h == field))
     }
 
@@ -357,17 +357,6 @@ impl Schema {
             }
         }
         record
-    }
-
-    /// The filter as logged: every hashed field's value in redacted form, so a WAL entry
-    /// holds no plaintext of a hashed field. It addresses the same records.
-    pub fn blind_filter(&self, mut filter: crate::query::Filter) -> crate::query::Filter {
-        for (field, value) in &mut filter.fields {
-            if let Some(key) = self.key_of(field) {
-                *value = key.redacted(value);
-            }
-        }
-        filter
     }
 
     /// Parses a comma-separated list of index keys (`"icao, iata,lid"`).

@@ -153,8 +153,8 @@ pub struct Applier {
     pub(crate) existence: row_cache::Existence,
     /// Where history rows go, when the catalog keeps history ([`history`]).
     pub(crate) history: Option<history::HistoryTarget>,
-    /// The scan queue, where schema changes start their jobs ([`schema_change`]).
-    pub(crate) scan_queue: Option<String>,
+    /// Starts the jobs of schema changes ([`schema_change`]).
+    pub(crate) jobs: Option<Arc<dyn schema_change::SchemaJobs>>,
     /// When the schema was last read from the store (for [`Applier::schema_within`]).
     schema_read: std::sync::Mutex<Instant>,
     /// Rows written in partitions of dropping indexes, until checked ([`dropping`]).
@@ -183,15 +183,15 @@ impl Applier {
             rows: row_cache::RowCache::default(),
             existence: row_cache::Existence::default(),
             history: None,
-            scan_queue: None,
+            jobs: None,
             schema_read: std::sync::Mutex::new(crate::env::now()),
             dropping: dropping::DroppingRows::default(),
         }
     }
 
-    /// Starts the jobs of schema changes on scan queue `queue` (builder style).
-    pub fn with_scan_queue(mut self, queue: String) -> Applier {
-        self.scan_queue = Some(queue);
+    /// Starts the jobs of schema changes through `jobs` (builder style).
+    pub fn with_jobs(mut self, jobs: Arc<dyn schema_change::SchemaJobs>) -> Applier {
+        self.jobs = Some(jobs);
         self
     }
 

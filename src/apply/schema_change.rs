@@ -22,7 +22,9 @@
 //!
 //! The fence gives up at the caller's deadline like the barrier (the entry stays pending and
 //! the next pass retries); once it has passed, the job is started under an id derived from
-//! the entry's WAL id, so applying the entry again starts nothing new.
+//! the entry's WAL id, so applying the entry again starts nothing new. The engine starts it
+//! through [`SchemaJobs`], which the catalog wires in (`crate::schema_manager`): the apply
+//! engine does not depend on the jobs.
 
 use std::time::Duration;
 
@@ -33,10 +35,20 @@ use futures::future::BoxFuture;
 use super::barrier::Passed;
 use super::{Applier, DrainOutcome};
 use crate::error::{Error, Result};
-use crate::jobs::{index, JobId, JobKind, Jobs};
 use crate::schema::IndexState;
 use crate::wal::lease::Lease;
-use crate::wal::{ShardId, WalEntry};
+use crate::wal::{ShardId, WalEntry, WalId};
+
+/// How the apply engine starts the job of a schema change (the narrow interface to the jobs,
+/// wired in by the catalog: [`Applier::with_jobs`]).
+pub trait SchemaJobs: Send + Sync {
+    /// The id of the job of the change logged as `wal_id`.
+    fn job_id(&self, wal_id: &WalId) -> String;
+    /// Starts job `id` (idempotent): the backfill of added index `field` (`dropping` false)
+    /// or the removal of dropped index `field`'s rows (`dropping` true), for the change to
+    /// schema `version`.
+    fn start<'a>(&'a self, id: &'a str, field: &'a str, dropping: bool, version: u64) -> BoxFuture<'a, Result<()>>;
+}
 
 impl Applier {
     /// Waits until every shard other than `own` applies with schema `version` or newer (see
@@ -107,22 +119,22 @@ impl Applier {
         let Some(index) = schema.added().iter().find(|a| a.version == version) else {
             return Ok(());
         };
-        let kind = match index.state {
-            IndexState::Backfilling => JobKind::Backfill,
-            IndexState::Dropping => JobKind::DropIndex,
+        let dropping = match index.state {
+            IndexState::Backfilling => false,
+            IndexState::Dropping => true,
             IndexState::Active => return Ok(()),
         };
         let field = index.field.clone();
         crate::faults::point("before_schema_job")?;
-        let queue = self.scan_queue.clone().ok_or_else(|| {
+        let jobs = self.jobs.clone().ok_or_else(|| {
             Error::Config("this applier has no scan queue; schema changes need one to start their job".into())
         })?;
         if index.job.is_none() {
-            let id = JobId::for_wal(&entry.id);
+            let id = jobs.job_id(&entry.id);
             crate::wal::schema_row::update(self.store.as_ref(), self.wal.table(), |_, added, _| {
                 match added.iter_mut().find(|a| a.field == field && a.version == version) {
                     Some(a) if a.job.is_none() => {
-                        a.job = Some(id.to_string());
+                        a.job = Some(id.clone());
                         Ok(true)
                     }
                     _ => Ok(false),
@@ -135,11 +147,6 @@ impl Applier {
         let Some(recorded) = schema.added().iter().find(|a| a.version == version).and_then(|a| a.job.clone()) else {
             return Ok(()); // superseded meanwhile
         };
-        let id = JobId::parse(&recorded)?;
-        let params = index::IndexParams { field: field.clone(), version }.to_json();
-        let jobs = Jobs::new(self.store.clone(), self.wal.table().to_string(), queue);
-        jobs.start_as(id.clone(), kind, params, index::roots(kind, &field)).await?;
-        tracing::info!(field = %field, version, job = %id, kind = kind.name(), "schema change applied; job started");
-        Ok(())
+        jobs.start(&recorded, &field, dropping, version).await
     }
 }

@@ -4,10 +4,10 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 
-use super::{Jobs, WorkItem, VERSION};
 use crate::catalog::Catalog;
 use crate::dispatch::{Delivery, Dispatcher, Handled, Handler};
 use crate::error::Result;
+use crate::job_core::{Jobs, WorkItem, VERSION};
 
 /// Hands scan-queue messages to [`Jobs`].
 #[derive(Debug, Clone)]

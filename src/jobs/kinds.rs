@@ -18,49 +18,17 @@ use async_trait::async_trait;
 use futures::{StreamExt, TryStreamExt};
 use serde::{Deserialize, Serialize};
 
-use super::typed::{JobKindSpec, Outcome};
-use super::{Job, JobKind, Jobs};
 use crate::catalog::Catalog;
 use crate::error::Result;
+use crate::job_core::segment::{add, segment, Segment, SCAN_STEP};
+use crate::job_core::typed::{JobKindSpec, Outcome};
+use crate::job_core::{Job, JobKind, Jobs};
 use crate::repair::{apply_fix, Fixed};
 use crate::scan::{self, Step};
-use crate::store::MAX_PAGE;
 use crate::verify::{check_row, Finding, RowCheck};
 
 /// Rows of one step checked at once (each check reads up to one row per index field).
 const CHECK_CONCURRENCY: usize = 16;
-
-/// What a scan-based kind's work item is, for errors.
-pub(super) const SCAN_STEP: &str = "a scan step";
-
-/// `params.segment`: entities per scan query, a whole number in 1..=1,000 (JSON number;
-/// absent or `null` = 1,000, Azure's page size). Shared by every scan-based job kind.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(try_from = "u64", into = "u64")]
-pub(crate) struct Segment(u64);
-
-impl TryFrom<u64> for Segment {
-    type Error = String;
-
-    fn try_from(n: u64) -> std::result::Result<Segment, String> {
-        if (1..=MAX_PAGE as u64).contains(&n) {
-            Ok(Segment(n))
-        } else {
-            Err(format!("{n} is not a whole number in 1..={MAX_PAGE}"))
-        }
-    }
-}
-
-impl From<Segment> for u64 {
-    fn from(s: Segment) -> u64 {
-        s.0
-    }
-}
-
-/// The segment in force: `segment`, or 1,000 when absent.
-pub(crate) fn segment(segment: Option<Segment>) -> usize {
-    segment.map_or(MAX_PAGE, |s| s.0 as usize)
-}
 
 /// Parameters of `verify` and `repair`: `{"segment": 1..=1000}` (optional; `{}` is fine).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -106,11 +74,6 @@ pub(crate) struct CheckCounters {
     /// Findings by kind (`missing_row`, `stale`, ...).
     #[serde(flatten)]
     pub by_kind: BTreeMap<String, u64>,
-}
-
-/// Adds `n` to a counter that is stored once counted.
-pub(crate) fn add(counter: &mut Option<u64>, n: u64) {
-    *counter.get_or_insert(0) += n;
 }
 
 /// `verify` (`repair: false`) and `repair` over the catalog's table.

@@ -27,13 +27,13 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value as Json;
 use tokio::sync::OnceCell;
 
-use super::kinds::{segment, Segment, SCAN_STEP};
-use super::typed::{params_of, JobKindSpec, NoFinding, Outcome};
-use super::Job;
 use crate::catalog::{Catalog, CatalogOptions};
 use crate::error::{Error, Result};
 use crate::export::owned_record;
 use crate::hashed::HashKey;
+use crate::job_core::segment::{segment, Segment, SCAN_STEP};
+use crate::job_core::typed::{params_of, JobKindSpec, NoFinding, Outcome};
+use crate::job_core::Job;
 use crate::names::Names;
 use crate::scan::{self, Step};
 use crate::schema::Schema;

@@ -13,12 +13,12 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
-use super::kinds::{segment, Segment, SCAN_STEP};
-use super::typed::{JobKindSpec, NoFinding, Outcome};
-use super::Job;
 use crate::catalog::Catalog;
 use crate::error::{Error, Result};
 use crate::history::{inverted_time, MAX_DAYS};
+use crate::job_core::segment::{segment, Segment, SCAN_STEP};
+use crate::job_core::typed::{JobKindSpec, NoFinding, Outcome};
+use crate::job_core::Job;
 use crate::scan::{self, Step};
 use crate::store::bulk_delete;
 use crate::wal::id::now_micros;

@@ -6,13 +6,15 @@ use std::collections::BTreeMap;
 
 use serde_json::json;
 
-use super::index::{self, IndexCounters, IndexJobParams, IndexParams};
-use super::kinds::{CheckCounters, ScanParams, SCAN_STEP};
+use super::index::{self, IndexCounters};
+use super::kinds::{CheckCounters, ScanParams};
 use super::rebuild::{FieldList, RebuildCounters, RebuildParams};
 use super::trim::{TrimCounters, TrimParams};
-use super::typed::{counters_of, params_of, round_trip, step_of};
-use super::JobKind;
 use crate::error::Error;
+use crate::job_core::index_params::{IndexJobParams, IndexParams};
+use crate::job_core::segment::SCAN_STEP;
+use crate::job_core::typed::{counters_of, params_of, round_trip, step_of};
+use crate::job_core::JobKind;
 use crate::scan::Step;
 
 /// `text` read as `T` and written back is `text`.

@@ -17,6 +17,10 @@
 //!
 //! The wrapper also records every committed WAL-entry write (table and entity), so a checker
 //! can know exactly which operations were logged even when the caller saw an error.
+//!
+//! Which writes are WAL entries is the WAL's business: the caller says how to recognise one
+//! ([`FaultStore::with_entries`], e.g. with `crate::wal::is_pending_entry`); without it no
+//! write is one.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -152,7 +156,8 @@ impl Rule {
 
     /// Restricts the rule to calls that write at least one pending WAL entry (an insert of
     /// one, or a batch inserting one, in a shard partition: `wal`, `wal-01`, ...), leaving
-    /// the clock, leases, checkpoints and markers alone (builder style). Other calls do not
+    /// the clock, leases, checkpoints and markers alone (builder style; the store must
+    /// recognise entries: [`FaultStore::with_entries`]). Other calls do not
     /// count as matched.
     pub fn pending_entries(mut self) -> Rule {
         self.pending_entries = true;
@@ -187,6 +192,8 @@ pub struct FaultStore {
     injected: AtomicU64,
     /// Committed WAL-entry writes: (table, entity), for checkers.
     wal_log: Mutex<Vec<(String, Entity)>>,
+    /// Recognises a pending WAL entry ([`FaultStore::with_entries`]).
+    is_entry: fn(&Entity) -> bool,
     /// Holds of [`Fault::Late`].
     late: tokio::sync::watch::Sender<LateState>,
 }
@@ -200,8 +207,17 @@ impl FaultStore {
             calls: AtomicU64::new(0),
             injected: AtomicU64::new(0),
             wal_log: Mutex::new(Vec::new()),
+            is_entry: |_| false,
             late: tokio::sync::watch::Sender::new(LateState::default()),
         }
+    }
+
+    /// Recognises pending WAL entries by `is_entry` (builder style): writes of them are what
+    /// [`Rule::pending_entries`] matches and [`FaultStore::committed_entries`] records. The
+    /// WAL's test is `crate::wal::is_pending_entry`.
+    pub fn with_entries(mut self, is_entry: fn(&Entity) -> bool) -> FaultStore {
+        self.is_entry = is_entry;
+        self
     }
 
     /// Adds a rule. A [`Trigger::Nth`] rule is removed once it fired.
@@ -327,17 +343,12 @@ impl FaultStore {
     fn record(&self, table: &str, entities: impl IntoIterator<Item = Entity>) {
         if let Ok(mut log) = self.wal_log.lock() {
             for e in entities {
-                if is_pending_entry(&e) {
+                if (self.is_entry)(&e) {
                     log.push((table.to_string(), e));
                 }
             }
         }
     }
-}
-
-/// Whether `e` is a pending WAL entry: in a shard partition, below the markers.
-fn is_pending_entry(e: &Entity) -> bool {
-    crate::wal::ShardId::from_partition(&e.partition_key).is_some() && e.row_key.as_str() < crate::wal::PENDING_BEFORE
 }
 
 #[async_trait]
@@ -352,7 +363,7 @@ impl TableStore for FaultStore {
         self.run_on(OpKind::Get, table, Some(pk), false, self.inner.get(table, pk, rk)).await
     }
     async fn insert(&self, table: &str, entity: &Entity) -> StoreResult<ETag> {
-        self.run_on(OpKind::Insert, table, Some(&entity.partition_key), is_pending_entry(entity), async {
+        self.run_on(OpKind::Insert, table, Some(&entity.partition_key), (self.is_entry)(entity), async {
             let r = self.inner.insert(table, entity).await;
             if r.is_ok() {
                 self.record(table, [entity.clone()]);
@@ -403,7 +414,7 @@ impl TableStore for FaultStore {
         self.run(OpKind::Query, table, self.inner.count_range(table, pk, range, cap)).await
     }
     async fn batch(&self, table: &str, pk: &str, ops: &[BatchOp]) -> StoreResult<Vec<Option<ETag>>> {
-        let entries = ops.iter().any(|op| matches!(op, BatchOp::Insert(e) if is_pending_entry(e)));
+        let entries = ops.iter().any(|op| matches!(op, BatchOp::Insert(e) if (self.is_entry)(e)));
         self.run_on(OpKind::Batch, table, Some(pk), entries, async {
             let r = self.inner.batch(table, pk, ops).await;
             if r.is_ok() {

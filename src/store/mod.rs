@@ -24,6 +24,7 @@ pub mod conformance;
 pub mod counting;
 #[cfg(any(test, feature = "testing"))]
 pub mod fault;
+pub(crate) mod key_rules;
 pub mod layer;
 pub mod local;
 pub mod mem;
@@ -169,7 +170,7 @@ impl RowRange {
     /// True when `row_key` lies inside every bound, comparing UTF-16 code units as the
     /// service does (see [`PartitionRange`]).
     pub fn contains(&self, row_key: &str) -> bool {
-        use crate::keys::cmp_utf16;
+        use key_rules::cmp_utf16;
         self.from.as_deref().is_none_or(|f| cmp_utf16(row_key, f).is_ge())
             && self.after.as_deref().is_none_or(|a| cmp_utf16(row_key, a).is_gt())
             && self.before.as_deref().is_none_or(|b| cmp_utf16(row_key, b).is_lt())
@@ -195,7 +196,7 @@ pub struct PartitionRange {
 impl PartitionRange {
     /// True when `partition_key` lies inside every bound (UTF-16 code-unit order).
     pub fn contains(&self, partition_key: &str) -> bool {
-        use crate::keys::cmp_utf16;
+        use key_rules::cmp_utf16;
         self.after.as_deref().is_none_or(|a| cmp_utf16(partition_key, a).is_gt())
             && self.before.as_deref().is_none_or(|b| cmp_utf16(partition_key, b).is_lt())
             && self.to.as_deref().is_none_or(|t| cmp_utf16(partition_key, t).is_le())

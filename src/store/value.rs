@@ -150,21 +150,21 @@ fn check_property_name(name: &str) -> StoreResult<()> {
 /// checked before I/O because Azurite enforces only some of them (more than 252 properties
 /// and 1 MiB entities pass on insert there, Azurite#1446).
 ///
-/// Keys: no character Azure forbids (`crate::keys::is_forbidden_key_char`: `/ \ # ?` and
+/// Keys: no character Azure forbids (`super::key_rules::is_forbidden_key_char`: `/ \ # ?` and
 /// control characters; Azurite answers 400 InvalidInput, or 500 for `/`) and at most
-/// `crate::keys::MAX_KEY_UTF16` UTF-16 code units each (Azurite's cap).
+/// `super::key_rules::MAX_KEY_UTF16` UTF-16 code units each (Azurite's cap).
 pub fn check_entity(entity: &Entity) -> StoreResult<()> {
     for (what, key) in [("PartitionKey", &entity.partition_key), ("RowKey", &entity.row_key)] {
-        if let Some(c) = key.chars().find(|c| crate::keys::is_forbidden_key_char(*c)) {
+        if let Some(c) = key.chars().find(|c| super::key_rules::is_forbidden_key_char(*c)) {
             return Err(StoreError::InvalidInput(format!(
                 "{what} {key:?} holds {c:?}, which Azure forbids in keys (/ \\ # ? and control characters)"
             )));
         }
         let units = key.encode_utf16().count();
-        if units > crate::keys::MAX_KEY_UTF16 {
+        if units > super::key_rules::MAX_KEY_UTF16 {
             return Err(StoreError::InvalidInput(format!(
                 "{what} is {units} UTF-16 code units, the limit is {} (1 KiB)",
-                crate::keys::MAX_KEY_UTF16
+                super::key_rules::MAX_KEY_UTF16
             )));
         }
     }

@@ -64,6 +64,13 @@ pub const PENDING_BEFORE: &str = ":";
 /// RowKey prefix of intent markers in the shard partition.
 pub const INTENT_PREFIX: &str = "intent:";
 
+/// Whether `e` is a pending WAL entry: in a shard partition, below the markers (how the
+/// tests' fault injector recognises entry writes: `crate::store::fault::FaultStore::with_entries`).
+#[cfg(any(test, feature = "testing"))]
+pub fn is_pending_entry(e: &Entity) -> bool {
+    ShardId::from_partition(&e.partition_key).is_some() && e.row_key.as_str() < PENDING_BEFORE
+}
+
 /// Tunables of the WAL, with defaults suited to Azure.
 #[derive(Debug, Clone)]
 pub struct WalOptions {

@@ -233,7 +233,7 @@ async fn every_scenario(backend: common::Backend) {
                     for w in [Write::Upsert, Write::Replace, Write::Delete] {
                         let label = format!("{backend:?} {kind:?} commit={commit} #{nth} {w:?}");
                         let (inner, names) = setup(backend).await;
-                        let faulty = Arc::new(FaultStore::new(inner.clone(), nth));
+                        let faulty = Arc::new(FaultStore::new(inner.clone(), nth).with_entries(table_catalog::testing::wal::is_pending_entry));
                         let fault =
                             if commit { Fault::CommitThenFail(unavailable()) } else { Fault::Fail(unavailable()) };
                         let result = {

@@ -573,7 +573,7 @@ async fn check(backend: common::Backend, run: Run) {
     let mut faulty = Vec::new();
     let mut catalogs = Vec::new();
     for i in 0..instances {
-        let f = Arc::new(FaultStore::new(inner.clone(), seed.wrapping_mul(31).wrapping_add(i as u64)));
+        let f = Arc::new(FaultStore::new(inner.clone(), seed.wrapping_mul(31).wrapping_add(i as u64)).with_entries(table_catalog::testing::wal::is_pending_entry));
         catalogs.push(open_instance(f.clone(), &names, &u.schema, skews[i % skews.len()], shards).await);
         add_faults(&f, &names);
         faulty.push(f);

@@ -35,6 +35,7 @@ mod key_vectors;
 mod late_logged;
 mod metrics;
 mod migration;
+mod module_graph;
 mod multi_process_kill;
 mod non_unique;
 mod package;

@@ -7,7 +7,7 @@ use super::super::{ETag, Entity, Page, Properties, StoreError, StoreResult, Valu
 
 /// Compares keys by UTF-16 code units, the order Azurite uses (SQLite's own would be
 /// code-point order); registered as the `UTF16` collation.
-pub(super) use crate::keys::cmp_utf16 as utf16_cmp;
+pub(super) use crate::store::key_rules::cmp_utf16 as utf16_cmp;
 
 /// Milliseconds since the Unix epoch (0 if the clock is before it).
 pub(super) fn now_ms() -> i64 {

@@ -21,7 +21,7 @@
 //! - queue visibility reads "now" from `crate::env::now` in one private helper
 //!   (`queues::now`): it follows tokio's paused clock in the simulator and real time
 //!   elsewhere;
-//! - keys compare by UTF-16 code units (`crate::keys::cmp_utf16`), the order of the Table
+//! - keys compare by UTF-16 code units (`crate::store::key_rules::cmp_utf16`), the order of the Table
 //!   service, Azurite and the embedded store's `UTF16` collation: astral characters
 //!   (surrogate pairs) sort below U+E000..U+FFFF;
 //! - receives return the visible messages in (visible since, put order) order, as the
@@ -150,7 +150,7 @@ struct Key(String);
 
 impl Ord for Key {
     fn cmp(&self, other: &Self) -> Ordering {
-        crate::keys::cmp_utf16(&self.0, &other.0)
+        crate::store::key_rules::cmp_utf16(&self.0, &other.0)
     }
 }
 

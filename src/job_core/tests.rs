@@ -12,6 +12,7 @@ use super::typed;
 
 use super::*;
 use crate::dispatch::{Dispatcher, Disposition, QueuePolicy};
+use crate::jobs::JobHandler;
 use crate::store::local::LocalStore;
 use crate::store::QueueStore;
 
