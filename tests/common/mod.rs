@@ -89,17 +89,6 @@ macro_rules! backend_tests {
 #[allow(unused_imports)]
 pub use crate::backend_tests;
 
-/// The backends this run tests: the embedded store, and Azurite when the run has it (else
-/// the Azurite variant of the running test is reported as skipped). Prefer
-/// [`backend_tests!`], one test per backend.
-pub fn backends() -> Vec<Backend> {
-    let mut b = vec![Backend::Local];
-    if skip::azurite(&format!("{} (Azurite variant)", skip::current_test())).is_some() {
-        b.push(Backend::Azurite);
-    }
-    b
-}
-
 /// A fresh store of the backend.
 pub fn store(backend: Backend) -> Arc<dyn Store> {
     match backend {
