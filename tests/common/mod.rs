@@ -210,10 +210,11 @@ impl table_catalog::store::layer::Layer for CallCounter {
     }
 }
 
-/// Polls `probe` every 50 ms until it returns `Some`; fails naming `what` after 60 s (only a
-/// broken or hung system reaches that).
+/// Polls `probe` every 50 ms until it returns `Some`; fails naming `what` after 180 s (only a
+/// broken or hung system reaches that, even on a loaded 2-core machine running the suite's
+/// tests side by side; a passing test never waits for the bound).
 pub async fn wait_for<T, F: std::future::Future<Output = Option<T>>>(what: &str, mut probe: impl FnMut() -> F) -> T {
-    const DEADLINE: std::time::Duration = std::time::Duration::from_secs(60);
+    const DEADLINE: std::time::Duration = std::time::Duration::from_secs(180);
     let polling = async {
         loop {
             if let Some(v) = probe().await {

@@ -20,6 +20,9 @@ use table_catalog::{record, Catalog};
 use common::Backend;
 
 const KEYS: &str = "icao,iata,lid";
+/// A job or a backlog that makes no progress for this long fails the test (twice the apply
+/// lease a killed process may leave behind: its entries wait for it to expire).
+const NO_PROGRESS: Duration = Duration::from_secs(120);
 /// Records of the catalog: enough work items (segment 2) that the jobs outlive the kills
 /// (Azurite answers each query more slowly, so it needs fewer).
 fn records(backend: Backend) -> usize {
@@ -114,15 +117,21 @@ async fn job_under_kills(setup: &Setup, kind: &str, kills: usize, rng: &mut rand
         assert_eq!(status.signal(), Some(9), "{kind} kill {kill}: SIGKILL: {status:?}");
         served = setup.serve().await;
     }
-    let deadline = Instant::now() + Duration::from_secs(600);
+    // A stuck job fails the test; a slow one (a loaded machine) does not: the bound is on
+    // progress (steps done), not on the job's whole run.
+    let mut progress = (0, Instant::now());
     let job = loop {
         let j = get(&client, &format!("{}/api/jobs/{id}", served.base)).await;
         if let Some(j) = &j {
             if j["state"] != "running" && j["state"] != "queued" {
                 break j.clone();
             }
+            let done = j["steps_done"].as_u64().unwrap_or(0);
+            if done > progress.0 {
+                progress = (done, Instant::now());
+            }
         }
-        assert!(Instant::now() < deadline, "{kind} job {id} did not finish: {j:?}");
+        assert!(progress.1.elapsed() < NO_PROGRESS, "{kind} job {id}: no step done for {NO_PROGRESS:?}: {j:?}");
         tokio::time::sleep(Duration::from_millis(200)).await;
     };
     assert_eq!(killed_while_running, kills, "{kind}: every kill hit the running job");
@@ -163,14 +172,17 @@ common::backend_tests! {
         // The last serve was killed too, possibly holding a shard's apply lease: its pending
         // entries (the repair's last re-logged writes among them) apply once that lease
         // expires (60 s), as the sweeper of any process would do.
-        let deadline = Instant::now() + Duration::from_secs(180);
+        let mut progress = (u64::MAX, Instant::now());
         loop {
             c.recover().await.unwrap();
             let pending = c.status().await.unwrap().pending;
             if pending == 0 {
                 break;
             }
-            assert!(Instant::now() < deadline, "{backend:?}: {pending} entries still pending");
+            if pending < progress.0 {
+                progress = (pending, Instant::now());
+            }
+            assert!(progress.1.elapsed() < NO_PROGRESS, "{backend:?}: {pending} entries still pending");
             tokio::time::sleep(Duration::from_secs(1)).await;
         }
         let after = verify::verify(c.store().as_ref(), &c.names().table, &c.schema()).await.unwrap();
