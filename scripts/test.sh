@@ -1,30 +1,96 @@
 #!/usr/bin/env bash
 # Runs every test of the project, on a fresh machine, with nothing installed by hand:
-#   - installs a pinned Azurite with npm into .azurite/ and starts it on loopback ports;
-#   - runs the whole cargo test suite (unit, conformance and integration tests on the
-#     embedded store and on Azurite, the Functions contract harness, the package check),
-#     with the `testing` feature (crash points, FaultStore; every `cargo test` has it through the crate's dev-dependency on itself);
+#   - installs a pinned Azurite with npm into .azurite/ and starts it on loopback ports (two
+#     instances when it runs everything: one for the `suite` binary, one for the others, so
+#     their Azurite tests do not queue on one Node.js thread);
+#   - builds every test target once (`cargo test --no-run`, with the `testing` feature: crash
+#     points, FaultStore; every `cargo test` has it through the crate's dev-dependency on
+#     itself), then runs the parts side by side, each in its own `cargo test`: the three
+#     integration-test binaries (`suite`, `faults`, `randomized`: conformance and integration
+#     tests on the embedded store and on Azurite, the Functions contract harness, the package
+#     check) and the library's unit and doc tests. A part's output is printed whole when it
+#     ends (with its `test result:` lines), so parts never interleave;
 #   - stops Azurite at the end, whether the tests passed or not;
-#   - fails if any test reported a skip: a test that lacks a prerequisite writes
-#     `SKIPPED: <test>: <reason>` (tests/common/skip.rs), and this script provides every
-#     prerequisite, so a skip here means a suite silently did not run.
+#   - fails if any part failed, and if any test reported a skip: a test that lacks a
+#     prerequisite writes `SKIPPED: <test>: <reason>` (tests/common/skip.rs), and this script
+#     provides every prerequisite, so a skip here means a suite silently did not run.
 #     (Except the package check when the caller sets TC_TEST_PACKAGE=0.)
-# cargo's output (with its `test result:` lines) is shown as usual and kept in a log.
-# Usage: scripts/test.sh [extra cargo test arguments]
+#
+# Usage:
+#   scripts/test.sh                     everything, as CI runs it (.ci/run)
+#   scripts/test.sh ARGS...             one `cargo test --no-fail-fast ARGS...` instead (e.g.
+#                                       `--test suite -- hostile::`), with Azurite and the checks
+# Environment:
+#   TC_TEST_THREADS   test threads of the `suite` binary (default 4: its tests mostly wait on
+#                     Azurite, child processes and timers, so 4 keep a 2-core machine busy)
+#   TC_TEST_PACKAGE   0 skips the package check (a release-like build of the Functions package)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # shellcheck source=scripts/azurite.sh
 source scripts/azurite.sh start >/dev/null
-log="$(mktemp "${TMPDIR:-/tmp}/table-catalog-test.XXXXXX")"
-trap 'scripts/azurite.sh stop >/dev/null 2>&1 || true' EXIT
+logs="$(mktemp -d "${TMPDIR:-/tmp}/table-catalog-test.XXXXXX")"
+trap 'scripts/azurite.sh stop >/dev/null 2>&1 || true; AZURITE_INSTANCE=side scripts/azurite.sh stop >/dev/null 2>&1 || true' EXIT
 
 export TC_TEST_PACKAGE="${TC_TEST_PACKAGE:-1}"
 export RUST_BACKTRACE="${RUST_BACKTRACE:-1}"
+threads="${TC_TEST_THREADS:-4}"
+[[ "$threads" =~ ^[1-9][0-9]*$ ]] || { echo "scripts/test.sh: TC_TEST_THREADS: '$threads' is not a positive number" >&2; exit 2; }
 status=0
-cargo test --no-fail-fast "$@" 2>&1 | tee "$log" || status=$?
 
-skipped="$(grep -o 'SKIPPED:.*' "$log" || true)"
+if [ "$#" -gt 0 ]; then
+    cargo test --no-fail-fast "$@" 2>&1 | tee "$logs/cargo.log" || status=$?
+else
+    started=$SECONDS
+    # The second Azurite, for every part but `suite`.
+    side="$(AZURITE_INSTANCE=side bash scripts/azurite.sh start | sed -n 's/^TC_TEST_AZURE_CONNECTION=//p')"
+    [ -n "$side" ] || { echo "scripts/test.sh: the second Azurite did not start" >&2; exit 1; }
+    cargo test --no-run 2>&1 | tee "$logs/build.log" || status=$?
+    if [ "$status" -eq 0 ]; then
+        echo "scripts/test.sh: built in $((SECONDS - started)) s; running the parts side by side" >&2
+        # name, its Azurite, then its cargo test arguments. The longest first.
+        parts=(
+            "suite|$TC_TEST_AZURE_CONNECTION|--test suite -- --test-threads $threads"
+            "randomized|$side|--test randomized"
+            "faults|$side|--test faults"
+            "unit|$side|--lib --bins"
+            "doc|$side|--doc"
+        )
+        pending=()
+        for part in "${parts[@]}"; do
+            name="${part%%|*}"
+            rest="${part#*|}"
+            # shellcheck disable=SC2086 # the arguments are split on purpose
+            (
+                s=0
+                TC_TEST_AZURE_CONNECTION="${rest%%|*}" cargo test --no-fail-fast ${rest#*|} >"$logs/$name.log" 2>&1 || s=$?
+                echo "$s" >"$logs/$name.rc"
+            ) &
+            pending+=("$name")
+        done
+        # Print each part as it ends.
+        while [ "${#pending[@]}" -gt 0 ]; do
+            left=()
+            for name in "${pending[@]}"; do
+                if [ -f "$logs/$name.rc" ]; then
+                    rc="$(cat "$logs/$name.rc")"
+                    echo
+                    echo "==== scripts/test.sh: $name (exit $rc, at $((SECONDS - started)) s) ===="
+                    cat "$logs/$name.log"
+                    [ "$rc" -eq 0 ] || status="$rc"
+                else
+                    left+=("$name")
+                fi
+            done
+            pending=("${left[@]+"${left[@]}"}")
+            [ "${#pending[@]}" -eq 0 ] || sleep 1
+        done
+        wait
+        echo "scripts/test.sh: every part ended after $((SECONDS - started)) s" >&2
+    fi
+fi
+
+skipped="$(cat "$logs"/*.log | grep -o 'SKIPPED:.*' || true)"
 if [ "$TC_TEST_PACKAGE" != 1 ]; then
     # Asked for by the caller (TC_TEST_PACKAGE=0): the package check is expected to skip.
     skipped="$(printf '%s\n' "$skipped" | grep -v 'SKIPPED: package_' || true)"
@@ -36,8 +102,8 @@ if [ -n "$skipped" ]; then
     [ "$status" -ne 0 ] || status=1
 fi
 if [ "$status" -ne 0 ]; then
-    echo "scripts/test.sh: exit $status; full output in $log" >&2
+    echo "scripts/test.sh: exit $status; full output in $logs" >&2
 else
-    rm -f "$log"
+    rm -rf "$logs"
 fi
 exit "$status"
