@@ -17,7 +17,7 @@
 //!   connection string;
 //! - identity-based access (the host's `AzureWebJobsStorage__*` settings, managed-identity
 //!   tokens) is in [`identity`]: the crates take any `TokenCredential`;
-//! - errors become [`crate::store::StoreError`]s in one place, without the
+//! - errors become [`crate::store::error::StoreError`]s in one place, without the
 //!   response bodies the crate's `HttpError` prints.
 
 mod batch;
@@ -38,8 +38,9 @@ use azure_data_tables::clients::{TableServiceClient, TableServiceClientBuilder};
 use azure_storage::{CloudLocation, StorageCredentials};
 use azure_storage_queues::{QueueServiceClient, QueueServiceClientBuilder};
 
-pub(crate) use crate::store::{check_queue_name, check_table_name};
-use crate::store::{StoreError, StoreResult};
+use crate::store::error::{StoreError, StoreResult};
+pub(crate) use crate::store::queue::check_queue_name;
+pub(crate) use crate::store::table::check_table_name;
 pub use conn::{CredentialKind, DEV_ACCOUNT, DEV_ACCOUNT_KEY};
 pub use retry::RetryPolicy;
 
