@@ -20,7 +20,10 @@
 //!
 //! These twelve modules are the API: [`catalog`], [`config`], [`error`], [`query`],
 //! [`record`], [`indexes`], [`jobs`], [`history`], [`store`], [`functions`], [`http`] and
-//! [`server`]. The types of the internals that their signatures carry are re-exported there:
+//! [`server`]. No module nested in them is public: each re-exports at its top level what a
+//! user names (the backends [`store::LocalStore`], [`store::AzureStore`] and
+//! [`store::MemStore`] among them). The types of the internals that their signatures carry
+//! are re-exported there too:
 //! the WAL ids, [`catalog::WalOptions`] and what `recover`, `sweep` and `dead` return from
 //! [`catalog`]; [`config::Schema`], [`config::Names`] and the hashed-key types from
 //! [`config`]; the queue worker's options from [`server`]. The WAL, the apply engine, the
