@@ -25,7 +25,7 @@ mod conn;
 mod entity;
 mod error;
 mod http;
-pub mod identity;
+pub(crate) mod identity;
 mod queue;
 mod retry;
 mod table;
@@ -139,7 +139,7 @@ impl AzureStore {
 
     /// Connects with the connection string in `AZURE_STORAGE_CONNECTION_STRING`, or else in
     /// `AzureWebJobsStorage` (the Functions host's setting), or else with the managed identity
-    /// of the identity-based `AzureWebJobsStorage__*` settings ([`identity`]). Empty values
+    /// of the identity-based `AzureWebJobsStorage__*` settings ([`identity`](crate::store::IdentityConnection)). Empty values
     /// count as unset; `InvalidInput` when none is set.
     pub fn from_env() -> StoreResult<AzureStore> {
         AzureStore::from_lookup(|var| std::env::var(var).ok())
