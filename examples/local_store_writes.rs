@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use clap::{Parser, ValueEnum};
-use table_catalog::store::local::{Durability, LocalStore};
+use table_catalog::store::{Durability, LocalStore};
 use table_catalog::store::{Entity, TableStore, Value};
 
 #[derive(Debug, Clone, Copy, ValueEnum)]

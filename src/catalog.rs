@@ -192,7 +192,7 @@ impl Catalog {
     }
 
     /// Reports `counts` in [`Catalog::status`] (builder style). Pass the counters of the
-    /// [`crate::store::counting::CountingStore`] this catalog's store is (or wraps).
+    /// [`crate::store::CountingStore`] this catalog's store is (or wraps).
     pub fn with_request_counts(mut self, counts: Arc<RequestCounts>) -> Catalog {
         self.requests = Some(counts);
         self
@@ -522,13 +522,13 @@ impl Catalog {
     }
 
     /// The history of the records with `field` = `value`, newest first: at most `limit`
-    /// (1..=1,000) changes after `continuation` ([`crate::history::read`]). The value is
+    /// (1..=1,000) changes after `continuation` ([`crate::history::HistoryPage`]). The value is
     /// resolved to record identities through the index partition, live rows and tombstones,
     /// so a deleted record's history is found while its tombstone exists (the sweeper
     /// removes it after the grace period; from then on the deleted record, and its history,
     /// are no longer found by its identifiers). Errors: history off ([`Error::NotFound`]),
     /// `field` not an index field or an empty value ([`Error::Invalid`]), more than
-    /// [`crate::history::read::MAX_IDENTITIES`] records with that value.
+    /// [`crate::history::MAX_IDENTITIES`] records with that value.
     pub async fn history(
         &self,
         field: &str,

@@ -38,7 +38,7 @@ pub enum Backend {
     Azure(String),
     /// Azure Storage through the app's managed identity: the `AzureWebJobsStorage__*`
     /// settings and `IDENTITY_ENDPOINT`/`IDENTITY_HEADER`, read when the store is opened
-    /// (used when no connection string is set; see [`crate::store::azure::identity`]).
+    /// (used when no connection string is set; see [`crate::store::IdentityConnection`]).
     AzureIdentity,
 }
 

@@ -23,7 +23,7 @@
 //!    shard's applier, in any process, applies with `v + 1` before the job starts. So no
 //!    process applies anything with the old schema once the job runs, and every write applied
 //!    from then on maintains the new index (or no longer writes the dropped one).
-//! 5. The job ([`crate::jobs::index`]): backfill writes every existing record's row of the
+//! 5. The job (`crate::jobs::index`): backfill writes every existing record's row of the
 //!    new index, fenced by the record's WAL id like any apply; then the index turns `active`.
 //!    Drop removes the index's rows; then the index leaves the schema.
 //!

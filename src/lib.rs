@@ -20,7 +20,10 @@
 //!
 //! These twelve modules are the API: [`catalog`], [`config`], [`error`], [`query`],
 //! [`record`], [`indexes`], [`jobs`], [`history`], [`store`], [`functions`], [`http`] and
-//! [`server`]. The types of the internals that their signatures carry are re-exported there:
+//! [`server`]. No module nested in them is public: each re-exports at its top level what a
+//! user names (the backends [`store::LocalStore`], [`store::AzureStore`] and
+//! [`store::MemStore`] among them). The types of the internals that their signatures carry
+//! are re-exported there too:
 //! the WAL ids, [`catalog::WalOptions`] and what `recover`, `sweep` and `dead` return from
 //! [`catalog`]; [`config::Schema`], [`config::Names`] and the hashed-key types from
 //! [`config`]; the queue worker's options from [`server`]. The WAL, the apply engine, the
@@ -107,6 +110,18 @@ macro_rules! reexport_internals {
     };
 }
 
+/// Re-exports every public item of each named nested module of `$parent` (`store::pager`,
+/// `jobs::rebuild`, ...) under `pub mod $name`: the nested modules themselves stay
+/// `pub(crate)`, so no nested module of the API is public.
+#[cfg(any(feature = "cli", feature = "testing"))]
+macro_rules! reexport_nested {
+    ($($(#[$attr:meta])* $name:ident = $($path:ident)::+),* $(,)?) => {
+        $($(#[$attr])* pub mod $name {
+            pub use crate::$($path)::+::*;
+        })*
+    };
+}
+
 /// Internals for the `table-catalog` binary (feature `cli`, on by default): the operator
 /// commands reach the WAL, the scanners and the whole-table tools through here. Hidden, and
 /// not part of the API: no semver promise, may change with any release.
@@ -117,6 +132,19 @@ pub mod cli_support {
     reexport_internals!(
         apply, dispatch, env, export, import, keys, messages, repair, scan, schema, settings, verify, wal
     );
+
+    /// The whole-table job kinds the binary runs itself (`rebuild`'s target).
+    pub mod jobs {
+        reexport_nested!(rebuild = jobs::rebuild);
+    }
+
+    /// The simulated Azure account of the `bench` commands.
+    pub mod store {
+        reexport_nested!(
+            #[cfg(feature = "bench")]
+            sim = store::sim
+        );
+    }
 }
 
 /// Internals for the crate's own tests (feature `testing`): every private module, and
@@ -136,6 +164,39 @@ pub mod testing {
         apply, dispatch, env, export, faults, hashed, hinter, import, keys, messages, metrics, names, repair, scan,
         schema, settings, verify, wal,
     );
+
+    /// The job kinds' modules (`jobs::{handler, index, kinds, rebuild, trim}`).
+    pub mod jobs {
+        reexport_nested!(
+            handler = jobs::handler,
+            index = jobs::index,
+            kinds = jobs::kinds,
+            rebuild = jobs::rebuild,
+            trim = jobs::trim,
+        );
+    }
+
+    /// The history modules (`history::{read, retention}`).
+    pub mod history {
+        reexport_nested!(read = history::read, retention = history::retention);
+    }
+
+    /// The storage modules the API does not re-export: the pager, the conformance suite,
+    /// `FaultStore`, the simulated account, the managed-identity details, ...
+    pub mod store {
+        reexport_nested!(
+            bulk_delete = store::bulk_delete,
+            conformance = store::conformance,
+            counting = store::counting,
+            fault = store::fault,
+            identity = store::azure::identity,
+            layer = store::layer,
+            local = store::local,
+            mem = store::mem,
+            pager = store::pager,
+            sim = store::sim,
+        );
+    }
 }
 
 /// README.md, so that its Rust example (the "Library" section) compiles as a doctest; its

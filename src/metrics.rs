@@ -13,7 +13,7 @@
 //! | `tablecatalog_apply_duration_seconds` | histogram | seconds per apply pass | p99 near `apply_budget` |
 //! | `tablecatalog_apply_retries_total` | counter | apply-queue messages that failed transiently (redelivered by the host or `serve`'s worker) | sustained rate |
 //! | `tablecatalog_poisoned_messages_total` | counter | messages this process moved to the poison queue | any increase |
-//! | `tablecatalog_storage_requests_total{op,outcome}` | counter | storage requests ([`crate::store::counting`]) | `outcome="unavailable"` rate: throttling |
+//! | `tablecatalog_storage_requests_total{op,outcome}` | counter | storage requests ([`crate::store::CountingStore`]) | `outcome="unavailable"` rate: throttling |
 //! | `tablecatalog_storage_conflicts_total{status}` | counter | requests answered 409 (`status="409"`) or 412 (`status="412"`) | sustained 412 rate: contention |
 //!
 //! Request counters are present when the catalog has its store's counters

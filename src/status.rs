@@ -43,7 +43,7 @@ pub struct Status {
     /// WAL entries that could not be applied (see the WAL's `dead` partition).
     pub dead: u64,
     /// Storage requests this process has made since it opened its store, by operation and
-    /// outcome (see [`crate::store::counting`]). Present when the catalog was given its
+    /// outcome (see [`crate::store::CountingStore`]). Present when the catalog was given its
     /// store's counters ([`Catalog::with_request_counts`](crate::Catalog::with_request_counts);
     /// [`crate::Config::open`] does).
     #[serde(skip_serializing_if = "Option::is_none")]

@@ -268,7 +268,7 @@ async fn run_job(
 pub async fn rebuild(catalog: Arc<Catalog>, params: serde_json::Value, parallel: usize) -> Result<ExitCode> {
     let jobs = Jobs::for_catalog(catalog.clone());
     let job = run_job(&catalog, &jobs, JobKind::Rebuild, params.clone(), parallel).await?;
-    let target = table_catalog::jobs::rebuild::Rebuild::new(catalog.clone()).target(&params).await?;
+    let target = table_catalog::cli_support::jobs::rebuild::Rebuild::new(catalog.clone()).target(&params).await?;
     let applied = target.recover().await?.applied();
     let report =
         table_catalog::cli_support::verify::verify(target.store().as_ref(), &target.names().table, &target.schema())

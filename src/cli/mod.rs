@@ -18,7 +18,7 @@ use table_catalog::cli_support::schema::Schema;
 use table_catalog::cli_support::settings;
 use table_catalog::cli_support::wal::shard::{DEFAULT_SHARDS, MAX_SHARDS};
 use table_catalog::config::{Backend, Config};
-use table_catalog::store::local::Durability;
+use table_catalog::store::Durability;
 
 /// TableCatalog: look records up by any of their identifiers, on Azure Table Storage or an
 /// embedded store, with crash-safe multi-index writes.

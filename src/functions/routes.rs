@@ -17,8 +17,8 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::Router;
 
+use super::names::{APPLY_BINDING, APPLY_FUNCTION, SCAN_BINDING, SCAN_FUNCTION, SWEEP_BINDING, SWEEP_FUNCTION};
 use super::payload::{self, InvocationResponse, RESPONSE_CONTENT_TYPE};
-use super::{APPLY_BINDING, APPLY_FUNCTION, SCAN_BINDING, SCAN_FUNCTION, SWEEP_BINDING, SWEEP_FUNCTION};
 use crate::catalog::Catalog;
 use crate::dispatch::{Delivery, Dispatcher, Disposition};
 use crate::jobs::JobHandler;

@@ -5,7 +5,7 @@ use base64::Engine as _;
 use futures::{StreamExt, TryStreamExt};
 use serde::Serialize;
 
-use super::HistoryEntry;
+use super::change::HistoryEntry;
 use crate::error::{Error, Result};
 use crate::store::{pager, RowRange, TableStore, MAX_PAGE};
 
@@ -69,7 +69,7 @@ async fn read_identity<S: TableStore + ?Sized>(
     let mut rows = pager::entities(store, table, identity, range, (limit + 1).min(MAX_PAGE));
     let mut out = Vec::new();
     while let Some(e) = rows.try_next().await? {
-        if super::is_marker(&e)
+        if super::change::is_marker(&e)
             || cursor.is_some_and(|(rk, id)| (e.row_key.as_str(), identity) <= (rk.as_str(), id.as_str()))
         {
             continue;

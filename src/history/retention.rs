@@ -20,7 +20,7 @@
 
 use futures::TryStreamExt;
 
-use super::{inverted_time, HistoryOptions};
+use super::change::{inverted_time, HistoryOptions};
 use crate::error::Result;
 use crate::store::{bulk_delete, pager, RowRange, TableStore, MAX_PAGE};
 use crate::wal::id::now_micros;

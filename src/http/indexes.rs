@@ -17,7 +17,8 @@ use axum::routing::{delete, get};
 use axum::{Json, Router};
 use serde_json::{json, Value as Json_};
 
-use super::{ApiError, AppState};
+use super::app::AppState;
+use super::error::ApiError;
 use crate::indexes;
 
 /// The routes of this module.

@@ -20,7 +20,8 @@ use axum::{Json, Router};
 use futures::{SinkExt, StreamExt, TryStreamExt};
 use serde_json::Value as Json_;
 
-use super::{ApiError, AppState};
+use super::app::AppState;
+use super::error::ApiError;
 use crate::error::Error;
 use crate::jobs::{JobId, JobKind, Jobs};
 use crate::store::MAX_PAGE;
@@ -82,7 +83,7 @@ async fn start(State(c): State<AppState>, body: Bytes) -> Result<Response, ApiEr
 }
 
 async fn list(State(c): State<AppState>, RawQuery(q): RawQuery) -> Result<Response, ApiError> {
-    let (mut limit, mut token) = (super::DEFAULT_LIMIT, None);
+    let (mut limit, mut token) = (super::app::DEFAULT_LIMIT, None);
     for (k, v) in query(q, "GET /api/jobs", &["limit", "continuation"])? {
         match k.as_str() {
             // The range is checked by `Jobs::list`, with the message `jobs list --limit` gives.

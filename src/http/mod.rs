@@ -14,17 +14,16 @@
 //! | `POST /api/wal/dead/redrive[?id=ID]` | move one dead entry (or all) back to pending |
 //! | `GET /api/health`, `GET /api/status` | liveness; pending / oldest age / checkpoint / poison |
 //! | `GET /api/metrics` | operator metrics, Prometheus text (`crate::metrics`) |
-//! | `/api/jobs...`, `GET /api/export` | whole-table jobs and the export ([`jobs`]) |
+//! | `/api/jobs...`, `GET /api/export` | whole-table jobs and the export (`jobs`) |
 //!
 //! Errors are `{"error": {"code", "message"}}`, unknown routes (404 `no_route`) and wrong
 //! methods (405 `method_not_allowed`) included: 400 bad input, 404, 409, 413 too large,
 //! 415 not JSON, 503 storage unavailable, 504 `wait` timed out (the write stays durable).
 
-pub mod error;
-pub mod indexes;
-pub mod jobs;
-
-use std::sync::Arc;
+pub(crate) mod app;
+pub(crate) mod error;
+pub(crate) mod indexes;
+pub(crate) mod jobs;
 
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
@@ -35,25 +34,16 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde_json::{json, Value as Json_};
 
+pub use app::{AppState, DEFAULT_LIMIT, MAX_BATCH_BODY, MAX_RECORD_BODY};
 pub use error::ApiError;
 
-use crate::catalog::{Catalog, Written};
+use crate::catalog::Written;
 use crate::query::Filter;
 use crate::record::Record;
-
-/// Largest body of a single-record request, in bytes.
-pub const MAX_RECORD_BODY: usize = 1024 * 1024;
-/// Largest body of a batch request, in bytes.
-pub const MAX_BATCH_BODY: usize = 32 * 1024 * 1024;
-/// Default page size of `GET /api/records`.
-pub const DEFAULT_LIMIT: usize = 100;
 
 /// Query parameters that are not filter fields. `code` is the Functions key.
 const RESERVED: [&str; 9] =
     ["wait", "limit", "continuation", "row_from", "row_to", "upsert", "consistent", "code", "allow_partial"];
-
-/// Shared state of the handlers.
-pub type AppState = Arc<Catalog>;
 
 /// The API routes.
 pub fn router(catalog: AppState) -> Router {

@@ -74,15 +74,15 @@ pub enum JobKind {
     /// Verify, and re-log the latest state of every disagreeing record through the WAL.
     Repair,
     /// Copy every live record into another catalog with another schema (row key, index
-    /// fields, hashed fields, hash secret): see [`crate::jobs::rebuild`].
+    /// fields, hashed fields, hash secret): see `crate::jobs::rebuild`.
     Rebuild,
-    /// Remove history rows older than the retention period: see [`crate::jobs::trim`].
+    /// Remove history rows older than the retention period: see `crate::jobs::trim`.
     #[serde(rename = "trim-history")]
     TrimHistory,
     /// Add the rows of an index added online to every existing record: see
-    /// [`crate::jobs::index`]. Started by the index's schema change, never by hand.
+    /// `crate::jobs::index`. Started by the index's schema change, never by hand.
     Backfill,
-    /// Remove the rows of a dropped index: see [`crate::jobs::index`]. Started by the drop's
+    /// Remove the rows of a dropped index: see `crate::jobs::index`. Started by the drop's
     /// schema change, never by hand.
     #[serde(rename = "drop-index")]
     DropIndex,

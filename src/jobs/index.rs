@@ -30,7 +30,9 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
-pub use crate::job_core::index_params::{partition_prefix, roots, IndexParams};
+pub use crate::job_core::index_params::partition_prefix;
+#[cfg(test)]
+pub(crate) use crate::job_core::index_params::roots;
 
 use crate::apply::fanout::RowWrite;
 use crate::catalog::Catalog;

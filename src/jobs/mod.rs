@@ -3,11 +3,11 @@
 //! `--parallel`) run one job together, and a crash loses nothing.
 //!
 //! Each kind has its own serde types for its parameters, work items and counters (the
-//! crate-internal `typed::JobKindSpec`); this module and [`rows`] carry them in their stored
+//! crate-internal `typed::JobKindSpec`); this module and `rows` carry them in their stored
 //! JSON form, converted to and from the types in one place (`typed`), byte for byte as older
 //! builds stored them.
 //!
-//! A job is a durable record in the WAL table ([`rows`]). Its work items are queue messages
+//! A job is a durable record in the WAL table (`rows`). Its work items are queue messages
 //! on the scan queue (`{queue}-scan`): `{"v":1,"job":ID,"step":{...}}`, Base64 like every
 //! message of the app, dispatched by `crate::dispatch` with the `host.json` policy.
 //!
@@ -35,17 +35,17 @@
 //! The framework (job records, work items, the kinds' interface, the index jobs' parameters)
 //! is the crate-internal `job_core`, re-exported here: it needs no catalog, so the catalog's
 //! schema manager starts and reads jobs through it. The kinds that run against a catalog are
-//! here ([`kinds`], [`index`], [`rebuild`], [`trim`]), above the catalog.
+//! here (`kinds`, `index`, `rebuild`, `trim`), above the catalog.
 
-pub mod handler;
-pub mod index;
-pub mod kinds;
-pub mod rebuild;
-pub mod trim;
+pub(crate) mod handler;
+pub(crate) mod index;
+pub(crate) mod kinds;
+pub(crate) mod rebuild;
+pub(crate) mod trim;
 
+pub use crate::job_core::index_params::IndexParams;
 pub use crate::job_core::model::{Job, JobId, JobKind, JobState};
 pub use crate::job_core::runner::{JobRunner, StepResult};
-pub use crate::job_core::{model, rows, runner};
 pub use crate::job_core::{JobPage, Jobs, WorkItem, VERSION};
 pub use handler::JobHandler;
 

@@ -2,7 +2,8 @@
 //! back to one delete per row when a batch fails because another process removed some
 //! (rows already gone are fine).
 
-use super::{BatchOp, IfMatch, StoreError, StoreResult, TableStore, MAX_BATCH_OPS};
+use super::error::{StoreError, StoreResult};
+use super::table::{BatchOp, IfMatch, TableStore, MAX_BATCH_OPS};
 
 /// Deletes the rows `row_keys` of partition `partition_key` whatever their ETag; rows
 /// already absent are skipped. Cost: one request per 100 rows, plus one per row of a batch

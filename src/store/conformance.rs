@@ -10,7 +10,12 @@ use std::time::Duration;
 
 use futures::TryStreamExt;
 
-use super::{pager, BatchOp, Entity, IfMatch, PartitionRange, RowRange, Store, StoreError, Value, MAX_BATCH_OPS};
+use super::error::StoreError;
+use super::page::{PartitionRange, RowRange};
+use super::pager;
+use super::queue::Store;
+use super::table::{BatchOp, IfMatch, MAX_BATCH_OPS};
+use super::value::{Entity, Value};
 
 /// A unique table name (alphanumeric, starts with a letter).
 pub fn unique_table(prefix: &str) -> String {

@@ -4,7 +4,7 @@
 //! Python reference.
 //!
 //! What one count is:
-//! - one call of a [`TableStore`](super::TableStore) / [`QueueStore`](super::QueueStore)
+//! - one call of a [`TableStore`](super::table::TableStore) / [`QueueStore`](super::queue::QueueStore)
 //!   method. On Azure that is one REST request, except that the Azure backend retries
 //!   transient failures inside one call (`src/store/azure/retry.rs`, up to 4 attempts) and
 //!   `count_range` pages 1,000 keys per request: both count once here;
@@ -23,8 +23,10 @@ use std::sync::Arc;
 
 use serde::Serialize;
 
+use super::error::{StoreError, StoreResult};
 use super::layer::{Call, Layer, LayeredStore, Returned};
-use super::{OpKind, Store, StoreError, StoreResult};
+use super::op::OpKind;
+use super::queue::Store;
 
 /// How a storage call ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
@@ -229,7 +231,9 @@ impl CountingStore {
 mod tests {
     use super::*;
     use crate::store::local::LocalStore;
-    use crate::store::{BatchOp, Entity, IfMatch, QueueStore, TableStore, Value};
+    use crate::store::queue::QueueStore;
+    use crate::store::table::{BatchOp, IfMatch, TableStore};
+    use crate::store::value::{Entity, Value};
 
     fn store() -> CountingStore {
         CountingStore::new(Arc::new(LocalStore::in_memory().unwrap()))
@@ -243,7 +247,7 @@ mod tests {
         s.insert("things", &e).await.unwrap();
         let dup = s.insert("things", &e).await.unwrap_err();
         assert!(matches!(dup, StoreError::AlreadyExists(_)));
-        let stale = IfMatch::Etag(crate::store::ETag("W/\"stale\"".into()));
+        let stale = IfMatch::Etag(crate::store::value::ETag("W/\"stale\"".into()));
         assert!(matches!(s.replace("things", &e, &stale).await, Err(StoreError::PreconditionFailed(_))));
         assert!(matches!(s.delete("things", "p", "gone", &IfMatch::Any).await, Err(StoreError::NotFound(_))));
         assert!(s.get("things", "p", "absent").await.unwrap().is_none());

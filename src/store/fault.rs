@@ -29,11 +29,12 @@ use std::time::Duration;
 use async_trait::async_trait;
 use rand::{Rng, SeedableRng};
 
+use super::error::{StoreError, StoreResult};
 pub use super::op::OpKind;
-use super::{
-    BatchOp, ETag, Entity, IfMatch, Page, PartitionRange, QueueStore, ReceivedMessage, RowRange, Store, StoreError,
-    StoreResult, TableStore,
-};
+use super::page::{Page, PartitionRange, RowRange};
+use super::queue::{QueueStore, ReceivedMessage, Store};
+use super::table::{BatchOp, IfMatch, TableStore};
+use super::value::{ETag, Entity};
 
 /// What happens to a matched call.
 #[derive(Debug, Clone)]

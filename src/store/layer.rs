@@ -14,10 +14,12 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-use super::{
-    BatchOp, ETag, Entity, IfMatch, OpKind, Page, PartitionRange, QueueStore, ReceivedMessage, RowRange, Store,
-    StoreResult, TableStore,
-};
+use super::error::StoreResult;
+use super::op::OpKind;
+use super::page::{Page, PartitionRange, RowRange};
+use super::queue::{QueueStore, ReceivedMessage, Store};
+use super::table::{BatchOp, IfMatch, TableStore};
+use super::value::{ETag, Entity};
 
 /// One storage call, as a layer sees it.
 #[derive(Debug, Clone, Copy)]

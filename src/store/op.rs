@@ -1,5 +1,5 @@
-//! The storage operations as a typed enum, one variant per method of [`super::TableStore`] and
-//! [`super::QueueStore`], shared by the wrappers that match on them (fault injection) or count
+//! The storage operations as a typed enum, one variant per method of [`super::table::TableStore`] and
+//! [`super::queue::QueueStore`], shared by the wrappers that match on them (fault injection) or count
 //! them ([`super::counting`]) or price them ([`super::sim`]). Always compiled.
 
 use serde::Serialize;

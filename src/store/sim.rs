@@ -38,8 +38,10 @@ use rand::{Rng, SeedableRng};
 use serde::Serialize;
 
 use super::azure::RetryPolicy;
+use super::error::{StoreError, StoreResult};
 use super::layer::{Call, Layer, LayeredStore, Returned};
-use super::{OpKind, Store, StoreError, StoreResult};
+use super::op::OpKind;
+use super::queue::Store;
 
 /// Entities per second one table partition serves (Azure scalability target).
 pub const PARTITION_ENTITIES_PER_S: f64 = 2_000.0;
@@ -421,7 +423,8 @@ impl SimAzureStore {
 mod tests {
     use super::*;
     use crate::store::local::LocalStore;
-    use crate::store::{BatchOp, Entity, TableStore};
+    use crate::store::table::{BatchOp, TableStore};
+    use crate::store::value::Entity;
 
     #[test]
     fn lognormal_draws_hit_the_configured_median_and_p99() {

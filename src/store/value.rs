@@ -5,7 +5,11 @@
 
 use std::collections::BTreeMap;
 
-use super::{ETag, StoreError, StoreResult};
+use super::error::{StoreError, StoreResult};
+
+/// An opaque entity version. Compare only for equality; never parse.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct ETag(pub String);
 
 /// A typed property value. Null properties are not stored by the Table service, so there is
 /// no null variant.

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use base64::Engine as _;
-use table_catalog::store::azure::identity::ManagedIdentityCredential;
+use table_catalog::store::ManagedIdentityCredential;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// The `IDENTITY_HEADER` secret the fake endpoint expects.

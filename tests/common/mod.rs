@@ -13,8 +13,8 @@ use std::sync::Arc;
 
 use table_catalog::catalog::{Catalog, CatalogOptions};
 use table_catalog::config::Names;
-use table_catalog::store::azure::AzureStore;
-use table_catalog::store::local::LocalStore;
+use table_catalog::store::AzureStore;
+use table_catalog::store::LocalStore;
 use table_catalog::store::Store;
 use table_catalog::testing::schema::Schema;
 
@@ -104,7 +104,7 @@ pub fn store(backend: Backend) -> Arc<dyn Store> {
 /// The in-memory store the deterministic simulator uses ([`MemStore`]): for tests of logic
 /// that wait on leases, deadlines or backoff, run under simulated time ([`simulated`]).
 pub fn mem_store() -> Arc<dyn Store> {
-    Arc::new(table_catalog::store::mem::MemStore::new())
+    Arc::new(table_catalog::store::MemStore::new())
 }
 
 /// Makes this thread's environment simulated while the guard lives: time from tokio's
@@ -175,14 +175,14 @@ pub async fn call(
 /// A store layer counting the calls `counts` selects (e.g. the requests to one table), for
 /// tests that count storage requests.
 pub struct CallCounter {
-    counts: Box<dyn Fn(&table_catalog::store::layer::Call<'_>) -> bool + Send + Sync>,
+    counts: Box<dyn Fn(&table_catalog::store::Call<'_>) -> bool + Send + Sync>,
     /// Calls counted so far.
     pub count: std::sync::atomic::AtomicU64,
 }
 
 impl CallCounter {
     /// Counts the calls for which `counts` is true.
-    pub fn new(counts: impl Fn(&table_catalog::store::layer::Call<'_>) -> bool + Send + Sync + 'static) -> CallCounter {
+    pub fn new(counts: impl Fn(&table_catalog::store::Call<'_>) -> bool + Send + Sync + 'static) -> CallCounter {
         CallCounter { counts: Box::new(counts), count: std::sync::atomic::AtomicU64::new(0) }
     }
 
@@ -192,14 +192,14 @@ impl CallCounter {
     }
 }
 
-impl table_catalog::store::layer::Layer for CallCounter {
+impl table_catalog::store::Layer for CallCounter {
     async fn run<'a, T, F, Fut>(
         &'a self,
-        call: table_catalog::store::layer::Call<'a>,
+        call: table_catalog::store::Call<'a>,
         mut attempt: F,
     ) -> table_catalog::store::StoreResult<T>
     where
-        T: table_catalog::store::layer::Returned + Send + 'a,
+        T: table_catalog::store::Returned + Send + 'a,
         F: FnMut() -> Fut + Send + 'a,
         Fut: std::future::Future<Output = table_catalog::store::StoreResult<T>> + Send + 'a,
     {
@@ -229,7 +229,7 @@ pub async fn wait_for<T, F: std::future::Future<Output = Option<T>>>(what: &str,
 /// How many rows (live or tombstones) of index `field` the catalog table holds, up to 1,000:
 /// the partitions whose key starts with the index's prefix (`{n}_{field}`).
 pub async fn rows_of_index(c: &Catalog, field: &str) -> usize {
-    let prefix = table_catalog::jobs::index::partition_prefix(field);
+    let prefix = table_catalog::testing::jobs::index::partition_prefix(field);
     let range = table_catalog::store::PartitionRange {
         after: Some(prefix.clone()),
         before: None,

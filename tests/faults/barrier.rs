@@ -33,12 +33,12 @@ use table_catalog::catalog::{Catalog, CatalogOptions, Written};
 use table_catalog::config::Names;
 use table_catalog::query::Filter;
 use table_catalog::record::Record;
-use table_catalog::store::fault::{Fault, FaultStore, Gate, OpKind, Rule, Trigger};
-use table_catalog::store::layer::LayeredStore;
-use table_catalog::store::local::LocalStore;
+use table_catalog::store::LayeredStore;
+use table_catalog::store::LocalStore;
 use table_catalog::store::Store;
 use table_catalog::testing::apply::DrainOutcome;
 use table_catalog::testing::faults;
+use table_catalog::testing::store::fault::{Fault, FaultStore, Gate, OpKind, Rule, Trigger};
 use table_catalog::testing::verify;
 use table_catalog::testing::wal::{ShardId, WalId};
 

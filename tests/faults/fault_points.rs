@@ -24,9 +24,9 @@ use table_catalog::catalog::{Catalog, CatalogOptions};
 use table_catalog::config::Names;
 use table_catalog::query::Filter;
 use table_catalog::record::Record;
-use table_catalog::store::fault::{unavailable, Fault, FaultStore, OpKind, Rule, Trigger};
 use table_catalog::store::Store;
 use table_catalog::testing::faults;
+use table_catalog::testing::store::fault::{unavailable, Fault, FaultStore, OpKind, Rule, Trigger};
 use table_catalog::testing::verify;
 use table_catalog::testing::wal::ShardId;
 
@@ -233,7 +233,10 @@ async fn every_scenario(backend: common::Backend) {
                     for w in [Write::Upsert, Write::Replace, Write::Delete] {
                         let label = format!("{backend:?} {kind:?} commit={commit} #{nth} {w:?}");
                         let (inner, names) = setup(backend).await;
-                        let faulty = Arc::new(FaultStore::new(inner.clone(), nth).with_entries(table_catalog::testing::wal::is_pending_entry));
+                        let faulty = Arc::new(
+                            FaultStore::new(inner.clone(), nth)
+                                .with_entries(table_catalog::testing::wal::is_pending_entry),
+                        );
                         let fault =
                             if commit { Fault::CommitThenFail(unavailable()) } else { Fault::Fail(unavailable()) };
                         let result = {

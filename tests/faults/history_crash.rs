@@ -19,8 +19,9 @@ use table_catalog::catalog::{Catalog, CatalogOptions};
 use table_catalog::config::Names;
 use table_catalog::history::{HistoryEntry, HistoryOptions};
 use table_catalog::record::Record;
-use table_catalog::store::{pager, Store};
+use table_catalog::store::Store;
 use table_catalog::testing::faults;
+use table_catalog::testing::store::pager;
 
 use common::history_fixtures::{f, jfk, lga};
 

@@ -19,8 +19,8 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use serde_json::{json, Value};
-use table_catalog::store::azure::identity::IdentityConnection;
-use table_catalog::store::azure::AzureStore;
+use table_catalog::store::AzureStore;
+use table_catalog::store::IdentityConnection;
 use table_catalog::store::QueueStore;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};

@@ -13,13 +13,13 @@ use futures::TryStreamExt;
 use serde_json::json;
 use table_catalog::catalog::{Catalog, CatalogOptions};
 use table_catalog::config::Names;
-use table_catalog::jobs::rebuild::Rebuild;
 use table_catalog::jobs::{JobKind, JobState, Jobs};
 use table_catalog::query::Filter;
 use table_catalog::record::Record;
-use table_catalog::store::pager;
 use table_catalog::testing::hashed::HashKey;
+use table_catalog::testing::jobs::rebuild::Rebuild;
 use table_catalog::testing::schema::Schema;
+use table_catalog::testing::store::pager;
 use table_catalog::testing::{settings, verify};
 
 const OLD_KEY: &str = "0000000000000000000000000000000000000000000000000000000000000001";

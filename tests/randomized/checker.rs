@@ -105,12 +105,12 @@ use table_catalog::history::{HistoryEntry, HistoryOptions};
 use table_catalog::query::Filter;
 use table_catalog::record::{Record, RowMeta};
 use table_catalog::server::{self, ServeOptions};
-use table_catalog::store::fault::{unavailable, Fault, FaultStore, Gate, OpKind, Rule, Trigger};
 use table_catalog::store::{Entity, Store};
 use table_catalog::testing::dispatch::{QueuePolicy, WorkerOptions};
 use table_catalog::testing::import::{read_file, Format};
 use table_catalog::testing::messages;
 use table_catalog::testing::schema::Schema;
+use table_catalog::testing::store::fault::{unavailable, Fault, FaultStore, Gate, OpKind, Rule, Trigger};
 use table_catalog::testing::verify;
 use table_catalog::testing::wal::id::{format_micros, now_micros};
 use table_catalog::testing::wal::ShardId;
@@ -573,7 +573,10 @@ async fn check(backend: common::Backend, run: Run) {
     let mut faulty = Vec::new();
     let mut catalogs = Vec::new();
     for i in 0..instances {
-        let f = Arc::new(FaultStore::new(inner.clone(), seed.wrapping_mul(31).wrapping_add(i as u64)).with_entries(table_catalog::testing::wal::is_pending_entry));
+        let f = Arc::new(
+            FaultStore::new(inner.clone(), seed.wrapping_mul(31).wrapping_add(i as u64))
+                .with_entries(table_catalog::testing::wal::is_pending_entry),
+        );
         catalogs.push(open_instance(f.clone(), &names, &u.schema, skews[i % skews.len()], shards).await);
         add_faults(&f, &names);
         faulty.push(f);

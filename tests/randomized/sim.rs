@@ -54,12 +54,12 @@ use table_catalog::indexes;
 use table_catalog::query::Filter;
 use table_catalog::record::Record;
 use table_catalog::server::{self, ServeOptions};
-use table_catalog::store::fault::{unavailable, Fault, FaultStore, OpKind, Rule, Trigger};
-use table_catalog::store::mem::MemStore;
-use table_catalog::store::sim::{SimAzureStore, SimOptions};
+use table_catalog::store::MemStore;
 use table_catalog::store::Store;
 use table_catalog::testing::env;
 use table_catalog::testing::schema::Schema;
+use table_catalog::testing::store::fault::{unavailable, Fault, FaultStore, OpKind, Rule, Trigger};
+use table_catalog::testing::store::sim::{SimAzureStore, SimOptions};
 use table_catalog::testing::wal::clock::CLOCK;
 use table_catalog::testing::{messages, verify};
 

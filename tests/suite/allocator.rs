@@ -161,7 +161,8 @@ common::backend_tests! {
     #[tokio::test]
     async fn the_clock_partition_holds_one_row_per_process(backend) {
         use futures::TryStreamExt;
-        use table_catalog::store::{pager, RowRange};
+        use table_catalog::testing::store::pager;
+use table_catalog::store::{RowRange};
         let (store, names) = fresh(backend);
         let a = open(store.clone(), &names, 0).await;
         let b = open(store.clone(), &names, 0).await;
@@ -181,7 +182,8 @@ common::backend_tests! {
     #[tokio::test]
     async fn a_one_entity_page_is_the_first_row_in_rowkey_order_whatever_the_insertion_order(backend) {
         use futures::TryStreamExt;
-        use table_catalog::store::{pager, Entity, RowRange};
+        use table_catalog::testing::store::pager;
+use table_catalog::store::{Entity, RowRange};
         let store = common::store(backend);
         let table = common::unique_name("topone");
         store.create_table(&table).await.unwrap();
@@ -204,9 +206,9 @@ common::backend_tests! {
     #[cfg(feature = "testing")]
     #[tokio::test]
     async fn publications_queued_behind_a_running_one_are_served_by_the_next(backend) {
-        use table_catalog::store::counting::CountingStore;
-        use table_catalog::store::fault::{Fault, FaultStore, Gate, Rule, Trigger};
-        use table_catalog::store::op::OpKind;
+        use table_catalog::store::CountingStore;
+        use table_catalog::testing::store::fault::{Fault, FaultStore, Gate, Rule, Trigger};
+        use table_catalog::store::OpKind;
         use table_catalog::store::TableStore;
         use table_catalog::testing::wal::clock::Clock;
         let counting = Arc::new(CountingStore::new(common::store(backend)));
@@ -297,8 +299,8 @@ common::backend_tests! {
     #[tokio::test]
     async fn a_process_with_a_small_share_of_the_writes_runs_one_append_round_at_a_time(backend) {
         use std::time::Duration;
-        use table_catalog::store::fault::{Fault, FaultStore, Gate, Rule, Trigger};
-        use table_catalog::store::op::OpKind;
+        use table_catalog::testing::store::fault::{Fault, FaultStore, Gate, Rule, Trigger};
+        use table_catalog::store::OpKind;
         use table_catalog::testing::wal::append::MAX_ROUNDS;
         for (others_write, rounds) in [(false, MAX_ROUNDS), (true, 1)] {
             let faulty = Arc::new(FaultStore::new(common::store(backend), 1));

@@ -21,11 +21,11 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use proxy::StorageProxy;
-use table_catalog::store::azure::{AzureStore, CredentialKind, RetryPolicy, DEV_ACCOUNT_KEY};
-use table_catalog::store::conformance;
+use table_catalog::store::{AzureStore, CredentialKind, RetryPolicy, DEV_ACCOUNT_KEY};
 use table_catalog::store::{
     BatchOp, ETag, Entity, IfMatch, QueueStore, RowRange, StoreError, TableStore, Value, MAX_MESSAGE_BYTES,
 };
+use table_catalog::testing::store::conformance;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 // ---------------------------------------------------------------------------------------

@@ -8,7 +8,7 @@ use table_catalog::catalog::{Catalog, CatalogOptions, WalState};
 use table_catalog::config::Names;
 use table_catalog::query::Filter;
 use table_catalog::record::Record;
-use table_catalog::store::local::LocalStore;
+use table_catalog::store::LocalStore;
 use table_catalog::testing::schema::Schema;
 use table_catalog::Error;
 

@@ -1,6 +1,7 @@
 //! The storage conformance suite on the embedded store and the in-memory store.
 
-use table_catalog::store::{conformance, local::LocalStore, mem::MemStore};
+use table_catalog::store::{LocalStore, MemStore};
+use table_catalog::testing::store::conformance;
 
 #[tokio::test]
 async fn local_in_memory_passes_the_conformance_suite() {
@@ -11,14 +12,14 @@ async fn local_in_memory_passes_the_conformance_suite() {
 #[tokio::test]
 async fn local_file_store_passes_the_conformance_suite() {
     let dir = tempfile::tempdir().unwrap();
-    let store = LocalStore::open(dir.path(), table_catalog::store::local::Durability::Process).unwrap();
+    let store = LocalStore::open(dir.path(), table_catalog::store::Durability::Process).unwrap();
     conformance::run_all(&store).await;
 }
 
 #[tokio::test]
 async fn local_file_store_with_full_durability_passes_the_conformance_suite() {
     let dir = tempfile::tempdir().unwrap();
-    let store = LocalStore::open(dir.path(), table_catalog::store::local::Durability::Full).unwrap();
+    let store = LocalStore::open(dir.path(), table_catalog::store::Durability::Full).unwrap();
     conformance::run_all(&store).await;
 }
 

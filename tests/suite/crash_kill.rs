@@ -47,7 +47,7 @@ use table_catalog::config::Config;
 use table_catalog::history::{HistoryEntry, HistoryOptions};
 use table_catalog::query::Filter;
 use table_catalog::record::{Record, RowMeta};
-use table_catalog::store::local::Durability;
+use table_catalog::store::Durability;
 use table_catalog::testing::import::{read_file, Format};
 use table_catalog::testing::wal::WalId;
 

@@ -10,8 +10,8 @@ use serde_json::json;
 use table_catalog::catalog::{Catalog, CatalogOptions};
 use table_catalog::config::Names;
 use table_catalog::record::Record;
-use table_catalog::store::layer::LayeredStore;
-use table_catalog::store::local::LocalStore;
+use table_catalog::store::LayeredStore;
+use table_catalog::store::LocalStore;
 use table_catalog::testing::schema::Schema;
 
 const RECORDS: usize = 60;

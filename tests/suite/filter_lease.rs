@@ -24,9 +24,9 @@ use table_catalog::catalog::{Catalog, CatalogOptions};
 use table_catalog::config::Names;
 use table_catalog::query::Filter;
 use table_catalog::record::Record;
-use table_catalog::store::fault::{Fault, FaultStore, OpKind, Rule, Trigger};
 use table_catalog::store::Store;
 use table_catalog::testing::apply::DrainOutcome;
+use table_catalog::testing::store::fault::{Fault, FaultStore, OpKind, Rule, Trigger};
 use table_catalog::testing::wal::ShardId;
 
 const RECORDS: usize = 40;
@@ -96,7 +96,7 @@ async fn a_filter_past_its_deadline_stops_between_pages_and_the_next_pass_goes_o
     let reads = common::CallCounter::new(move |call| {
         call.target == table && call.op == OpKind::Query && call.partition_key.is_some_and(|pk| pk.contains("iatazzz"))
     });
-    let inner = Arc::new(table_catalog::store::layer::LayeredStore::with_layer(common::mem_store(), reads));
+    let inner = Arc::new(table_catalog::store::LayeredStore::with_layer(common::mem_store(), reads));
     let b = open(inner.clone(), &names).await;
     b.upsert_many((0..MANY).map(airport).collect(), true).await.unwrap();
     b.delete(Filter::new(vec![("iata".into(), "ZZZ".into())]), false).await.unwrap();

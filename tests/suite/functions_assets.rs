@@ -395,7 +395,7 @@ async fn http_functions_are_served_by_the_api_router() {
     use axum::http::{Request, StatusCode};
     use tower::ServiceExt;
 
-    let store = std::sync::Arc::new(table_catalog::store::local::LocalStore::in_memory().unwrap());
+    let store = std::sync::Arc::new(table_catalog::store::LocalStore::in_memory().unwrap());
     let names = table_catalog::config::Names::new("assets", None, None).unwrap();
     let schema = table_catalog::testing::schema::Schema::new(vec!["eid".into()], "lastname").unwrap();
     let catalog = table_catalog::catalog::Catalog::open(store, names, schema, Default::default()).await.unwrap();

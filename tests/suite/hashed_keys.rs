@@ -16,11 +16,12 @@ use table_catalog::catalog::{Catalog, CatalogOptions};
 use table_catalog::config::Names;
 use table_catalog::query::Filter;
 use table_catalog::record::Record;
-use table_catalog::store::azure::AzureStore;
-use table_catalog::store::counting::CountingStore;
-use table_catalog::store::{pager, Entity, Store, TableStore, Value};
+use table_catalog::store::AzureStore;
+use table_catalog::store::CountingStore;
+use table_catalog::store::{Entity, Store, TableStore, Value};
 use table_catalog::testing::hashed::HashKey;
 use table_catalog::testing::schema::Schema;
+use table_catalog::testing::store::pager;
 use table_catalog::Error;
 
 /// 32 bytes, base64 (a test key, not a secret of any deployment).

@@ -15,9 +15,10 @@ use table_catalog::catalog::{Catalog, CatalogOptions};
 use table_catalog::config::Names;
 use table_catalog::history::{ChangeOp, HistoryEntry, HistoryOptions};
 use table_catalog::record::Record;
-use table_catalog::store::layer::LayeredStore;
-use table_catalog::store::local::LocalStore;
-use table_catalog::store::{pager, IfMatch, Store};
+use table_catalog::store::LayeredStore;
+use table_catalog::store::LocalStore;
+use table_catalog::store::{IfMatch, Store};
+use table_catalog::testing::store::pager;
 use table_catalog::testing::wal::{Op, ShardId, WalEntry, WalId};
 
 use common::history_fixtures::{f, jfk, lga, rec};
@@ -270,7 +271,7 @@ common::backend_tests! {
     /// for docs/BENCHMARKS.md.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn storage_requests_per_write_with_history_on_and_off(backend) {
-        use table_catalog::store::counting::CountingStore;
+        use table_catalog::store::CountingStore;
         let mut per_write = Vec::new();
         for history in [HistoryOptions::default(), HistoryOptions::on()] {
             let counting = Arc::new(CountingStore::new(common::store(backend)));

@@ -15,9 +15,9 @@ use table_catalog::catalog::CatalogOptions;
 use table_catalog::history::{ChangeOp, HistoryEntry, HistoryOptions};
 use table_catalog::query::Filter;
 use table_catalog::record::Record;
-use table_catalog::store::pager;
 use table_catalog::testing::import::{self, Format};
 use table_catalog::testing::schema::Schema;
+use table_catalog::testing::store::pager;
 
 const FIELDS: [&str; 3] = ["icao", "iata", "lid"];
 

@@ -10,9 +10,10 @@ use crate::common;
 use std::time::Duration;
 
 use azure_core::auth::TokenCredential;
-use table_catalog::store::azure::identity::{IdentityConnection, ManagedIdentityCredential, ATTEMPTS};
-use table_catalog::store::azure::{AzureStore, CredentialKind, RetryPolicy};
+use table_catalog::store::{AzureStore, CredentialKind, RetryPolicy};
+use table_catalog::store::{IdentityConnection, ManagedIdentityCredential};
 use table_catalog::store::{StoreError, TableStore};
+use table_catalog::testing::store::identity::ATTEMPTS;
 
 use common::identity::{Answer, FakeIdentity, HEADER};
 

@@ -18,7 +18,7 @@ use serde_json::{json, Value};
 use table_catalog::catalog::{Catalog, CatalogOptions};
 use table_catalog::config::Names;
 use table_catalog::query::Filter;
-use table_catalog::store::azure::AzureStore;
+use table_catalog::store::AzureStore;
 
 async fn start(name: &str, cs: &str) -> common::serve::Served {
     let global = ["--name", name, "--index-keys", "icao,iata,lid", "--row-key", "name", "--wal-shards", "4"];

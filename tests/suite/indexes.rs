@@ -461,7 +461,7 @@ common::backend_tests! {
     #[cfg(feature = "testing")]
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn an_add_that_failed_after_its_schema_row_was_written_can_be_completed(backend) {
-        use table_catalog::store::fault::{unavailable, Fault, FaultStore, OpKind, Rule, Trigger};
+        use table_catalog::testing::store::fault::{unavailable, Fault, FaultStore, OpKind, Rule, Trigger};
         let label = format!("{backend:?}");
         let faulty = Arc::new(FaultStore::new(common::store(backend), 1));
         let names = table_catalog::config::Names::new(&common::unique_name("t"), None, None).unwrap();

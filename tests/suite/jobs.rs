@@ -162,7 +162,7 @@ common::backend_tests! {
     async fn a_trim_history_job_removes_exactly_the_expired_rows(backend) {
         use table_catalog::catalog::CatalogOptions;
         use table_catalog::history::{inverted_time, HistoryOptions};
-        use table_catalog::store::pager;
+        use table_catalog::testing::store::pager;
         use table_catalog::testing::wal::id::now_micros;
 
         let opts = CatalogOptions { history: HistoryOptions::on(), ..CatalogOptions::default() };

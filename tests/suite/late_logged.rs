@@ -40,14 +40,14 @@ use table_catalog::indexes;
 use table_catalog::query::Filter;
 use table_catalog::record::Record;
 use table_catalog::server::ServeOptions;
-use table_catalog::store::fault::{Fault, FaultStore, Gate, OpKind, Rule, Trigger};
-use table_catalog::store::layer::{Call, Layer, LayeredStore, Returned};
 use table_catalog::store::{
     BatchOp, ETag, Entity, IfMatch, Page, PartitionRange, QueueStore, ReceivedMessage, RowRange, Store, StoreError,
     StoreResult, TableStore,
 };
+use table_catalog::store::{Call, Layer, LayeredStore, Returned};
 use table_catalog::testing::apply::DRAIN_PAGE;
 use table_catalog::testing::schema::IndexState;
+use table_catalog::testing::store::fault::{Fault, FaultStore, Gate, OpKind, Rule, Trigger};
 use table_catalog::testing::verify;
 use table_catalog::testing::wal::{ShardId, WalId};
 

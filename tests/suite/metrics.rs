@@ -9,10 +9,10 @@ use std::sync::Arc;
 use axum::body::Body;
 use axum::http::StatusCode;
 use serde_json::{json, Value};
-use table_catalog::store::counting::CountingStore;
-use table_catalog::store::fault::{unavailable, Fault, FaultStore, OpKind, Rule, Trigger};
+use table_catalog::store::CountingStore;
 use table_catalog::store::{Entity, IfMatch, StoreError};
 use table_catalog::testing::names::Names;
+use table_catalog::testing::store::fault::{unavailable, Fault, FaultStore, OpKind, Rule, Trigger};
 use table_catalog::{Catalog, CatalogOptions};
 
 use common::{airports_schema, call, store, unique_name};

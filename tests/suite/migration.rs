@@ -208,7 +208,7 @@ fn fixture_copy(name: &str) -> tempfile::TempDir {
 /// stored row is one that build refuses (its field-name check fails on the marker).
 #[tokio::test]
 async fn catalogs_written_by_the_build_of_f9c09a6_open_verify_and_take_writes() {
-    use table_catalog::store::local::{Durability, LocalStore};
+    use table_catalog::store::{Durability, LocalStore};
     use table_catalog::testing::wal::schema_row;
     for fixture in ["f9c09a6", "f9c09a6-pending"] {
         let dir = fixture_copy(fixture);

@@ -32,7 +32,7 @@ use serde_json::{json, Value};
 use table_catalog::catalog::{Catalog, CatalogOptions};
 use table_catalog::config::Names;
 use table_catalog::query::Filter;
-use table_catalog::store::azure::AzureStore;
+use table_catalog::store::AzureStore;
 use table_catalog::testing::verify;
 
 const PROCESSES: usize = 3;

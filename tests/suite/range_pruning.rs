@@ -10,9 +10,9 @@ use table_catalog::catalog::{Catalog, CatalogOptions};
 use table_catalog::config::Names;
 use table_catalog::query::Filter;
 use table_catalog::record::{self, Record};
-use table_catalog::store::layer::{Call, Layer, LayeredStore, Returned};
-use table_catalog::store::local::LocalStore;
+use table_catalog::store::LocalStore;
 use table_catalog::store::{BatchOp, Entity, OpKind, StoreResult, TableStore, MAX_BATCH_OPS};
+use table_catalog::store::{Call, Layer, LayeredStore, Returned};
 use table_catalog::testing::schema::Schema;
 
 /// Counts the entities that point reads, queries and scans return (a [`Layer`], so the

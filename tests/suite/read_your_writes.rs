@@ -164,8 +164,8 @@ async fn a_consistent_lookup_costs_one_request_per_shard_and_one_more_when_nothi
     use table_catalog::catalog::{Catalog, CatalogOptions};
     use table_catalog::config::Names;
     use table_catalog::query::Filter;
-    use table_catalog::store::layer::LayeredStore;
-    use table_catalog::store::local::LocalStore;
+    use table_catalog::store::LayeredStore;
+    use table_catalog::store::LocalStore;
 
     let store = Arc::new(LayeredStore::with_layer(
         Arc::new(LocalStore::in_memory().unwrap()),

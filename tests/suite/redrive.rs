@@ -15,8 +15,8 @@ use table_catalog::catalog::{Catalog, CatalogOptions, WalState};
 use table_catalog::config::Names;
 use table_catalog::query::Filter;
 use table_catalog::record::Record;
-use table_catalog::store::fault::{Fault, FaultStore, OpKind, Rule, Trigger};
 use table_catalog::store::{StoreError, TableStore};
+use table_catalog::testing::store::fault::{Fault, FaultStore, OpKind, Rule, Trigger};
 
 const WRITES: [OpKind; 5] = [OpKind::Insert, OpKind::Upsert, OpKind::Replace, OpKind::Delete, OpKind::Batch];
 

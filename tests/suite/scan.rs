@@ -7,9 +7,10 @@
 use crate::common;
 
 use futures::{StreamExt, TryStreamExt};
-use table_catalog::store::conformance::unique_table;
-use table_catalog::store::{pager, BatchOp, Entity, Value};
+use table_catalog::store::{BatchOp, Entity, Value};
 use table_catalog::testing::scan::{self, Step};
+use table_catalog::testing::store::conformance::unique_table;
+use table_catalog::testing::store::pager;
 
 const PREFIXES: [&str; 16] = [
     "",

@@ -20,8 +20,8 @@ use table_catalog::catalog::{Catalog, CatalogOptions};
 use table_catalog::config::Names;
 use table_catalog::query::Filter;
 use table_catalog::record::Record;
-use table_catalog::store::fault::{Fault, FaultStore, Gate, OpKind, Rule, Trigger};
 use table_catalog::store::Store;
+use table_catalog::testing::store::fault::{Fault, FaultStore, Gate, OpKind, Rule, Trigger};
 use table_catalog::testing::verify;
 use table_catalog::testing::wal::{ShardId, WalId};
 

@@ -18,11 +18,11 @@ use serde_json::json;
 use table_catalog::catalog::{Catalog, CatalogOptions};
 use table_catalog::config::Names;
 use table_catalog::record::Record;
-use table_catalog::store::fault::{unavailable, Fault, FaultStore, OpKind, Rule, Trigger};
-use table_catalog::store::layer::LayeredStore;
-use table_catalog::store::local::LocalStore;
+use table_catalog::store::LayeredStore;
+use table_catalog::store::LocalStore;
 use table_catalog::store::Store;
 use table_catalog::testing::apply::DrainOutcome;
+use table_catalog::testing::store::fault::{unavailable, Fault, FaultStore, OpKind, Rule, Trigger};
 use table_catalog::testing::wal::ShardId;
 
 const RECORDS: usize = 40;

@@ -40,15 +40,15 @@ use table_catalog::catalog::{Catalog, CatalogOptions};
 use table_catalog::cli_support::dispatch::WorkerOptions;
 use table_catalog::cli_support::messages;
 use table_catalog::cli_support::schema::Schema;
+use table_catalog::cli_support::store::sim::{self as simulated, LogNormal, SimAzureStore, SimOptions, SimStats};
 use table_catalog::cli_support::wal::shard::{DEFAULT_SHARDS, MAX_SHARDS};
 use table_catalog::cli_support::wal::{Op, ShardId, WalId, WalOptions, PENDING_BEFORE};
 use table_catalog::config::Names;
 use table_catalog::server::{self, ServeOptions};
-use table_catalog::store::counting::{CountingStore, RequestCounts, RequestSnapshot};
-use table_catalog::store::layer::{Call, Layer, LayeredStore, Returned};
-use table_catalog::store::local::LocalStore;
-use table_catalog::store::sim::{self as simulated, LogNormal, SimAzureStore, SimOptions, SimStats};
+use table_catalog::store::LocalStore;
 use table_catalog::store::{BatchOp, OpKind, Store, StoreResult};
+use table_catalog::store::{Call, Layer, LayeredStore, Returned};
+use table_catalog::store::{CountingStore, RequestCounts, RequestSnapshot};
 
 use super::percentile;
 

@@ -12,7 +12,9 @@ use azure_core::Url;
 
 use super::entity::{ascii_json, escape_quotes, to_json};
 use super::error::classify;
-use crate::store::{BatchOp, ETag, IfMatch, StoreError, StoreResult, MAX_BATCH_BYTES};
+use crate::store::error::{StoreError, StoreResult};
+use crate::store::table::{BatchOp, IfMatch, MAX_BATCH_BYTES};
+use crate::store::value::ETag;
 
 /// A ready `$batch` request body.
 pub(crate) struct BatchBody {
@@ -254,7 +256,7 @@ fn index_prefix(message: &str) -> Option<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::Entity;
+    use crate::store::value::Entity;
 
     fn base() -> Url {
         Url::parse("http://127.0.0.1:10002/devstoreaccount1").unwrap()

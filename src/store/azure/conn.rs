@@ -22,7 +22,7 @@ use std::fmt;
 use azure_core::Url;
 use base64::Engine as _;
 
-use crate::store::{StoreError, StoreResult};
+use crate::store::error::{StoreError, StoreResult};
 
 /// Account name of the Azure Storage emulators (Azurite).
 pub const DEV_ACCOUNT: &str = "devstoreaccount1";

@@ -14,8 +14,10 @@
 use base64::Engine as _;
 use serde_json::{Map, Number, Value as Json};
 
+use crate::store::error::{StoreError, StoreResult};
+use crate::store::page::{PartitionRange, RowRange};
 use crate::store::value::check_entity;
-use crate::store::{ETag, Entity, PartitionRange, Properties, RowRange, StoreError, StoreResult, Value};
+use crate::store::value::{ETag, Entity, Properties, Value};
 
 /// A JSON entity as the crates read and write it.
 pub(crate) type JsonEntity = Map<String, Json>;

@@ -7,7 +7,7 @@
 
 use azure_core::error::ErrorKind;
 
-use crate::store::StoreError;
+use crate::store::error::StoreError;
 
 /// Longest service message kept in an error, in characters.
 const MAX_MESSAGE_CHARS: usize = 160;

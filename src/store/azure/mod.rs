@@ -17,7 +17,7 @@
 //!   connection string;
 //! - identity-based access (the host's `AzureWebJobsStorage__*` settings, managed-identity
 //!   tokens) is in [`identity`]: the crates take any `TokenCredential`;
-//! - errors become [`crate::store::StoreError`]s in one place, without the
+//! - errors become [`crate::store::error::StoreError`]s in one place, without the
 //!   response bodies the crate's `HttpError` prints.
 
 mod batch;
@@ -25,7 +25,7 @@ mod conn;
 mod entity;
 mod error;
 mod http;
-pub mod identity;
+pub(crate) mod identity;
 mod queue;
 mod retry;
 mod table;
@@ -38,8 +38,9 @@ use azure_data_tables::clients::{TableServiceClient, TableServiceClientBuilder};
 use azure_storage::{CloudLocation, StorageCredentials};
 use azure_storage_queues::{QueueServiceClient, QueueServiceClientBuilder};
 
-pub(crate) use crate::store::{check_queue_name, check_table_name};
-use crate::store::{StoreError, StoreResult};
+use crate::store::error::{StoreError, StoreResult};
+pub(crate) use crate::store::queue::check_queue_name;
+pub(crate) use crate::store::table::check_table_name;
 pub use conn::{CredentialKind, DEV_ACCOUNT, DEV_ACCOUNT_KEY};
 pub use retry::RetryPolicy;
 
@@ -138,7 +139,7 @@ impl AzureStore {
 
     /// Connects with the connection string in `AZURE_STORAGE_CONNECTION_STRING`, or else in
     /// `AzureWebJobsStorage` (the Functions host's setting), or else with the managed identity
-    /// of the identity-based `AzureWebJobsStorage__*` settings ([`identity`]). Empty values
+    /// of the identity-based `AzureWebJobsStorage__*` settings ([`identity`](crate::store::IdentityConnection)). Empty values
     /// count as unset; `InvalidInput` when none is set.
     pub fn from_env() -> StoreResult<AzureStore> {
         AzureStore::from_lookup(|var| std::env::var(var).ok())

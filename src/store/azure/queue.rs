@@ -11,7 +11,8 @@ use azure_storage_queues::{PopReceipt, QueueClient};
 
 use super::error::map_error;
 use super::{check_queue_name, AzureStore};
-use crate::store::{validate_message, validate_receive, QueueStore, ReceivedMessage, StoreError, StoreResult};
+use crate::store::error::{StoreError, StoreResult};
+use crate::store::queue::{validate_message, validate_receive, QueueStore, ReceivedMessage};
 
 /// How long a message lives once visible (the service default, 7 days).
 const MESSAGE_TTL: Duration = Duration::from_secs(7 * 24 * 3600);

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use rand::Rng as _;
 
-use crate::store::{StoreError, StoreResult};
+use crate::store::error::{StoreError, StoreResult};
 
 /// Bounded retry with exponential backoff and jitter, and a per-attempt timeout.
 ///

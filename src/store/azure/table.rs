@@ -16,10 +16,10 @@ use super::entity::{
 };
 use super::error::{http_status, map_error};
 use super::{check_table_name, AzureStore};
-use crate::store::{
-    count_pages, validate_batch, BatchOp, ETag, Entity, IfMatch, Page, PartitionRange, RowRange, StoreError,
-    StoreResult, TableStore, MAX_PAGE,
-};
+use crate::store::error::{StoreError, StoreResult};
+use crate::store::page::{count_pages, Page, PartitionRange, RowRange, MAX_PAGE};
+use crate::store::table::{validate_batch, BatchOp, IfMatch, TableStore};
+use crate::store::value::{ETag, Entity};
 
 /// True for the error code of a missing table (as opposed to a missing entity).
 fn is_table_not_found(code: Option<&str>) -> bool {

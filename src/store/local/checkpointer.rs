@@ -25,7 +25,7 @@ use std::time::Duration;
 
 use rusqlite::Connection;
 
-use super::super::{StoreError, StoreResult};
+use super::super::error::{StoreError, StoreResult};
 use super::sql::db_err;
 
 /// Log size, in pages, at which the writer checkpoints itself (SQLite's
@@ -53,7 +53,7 @@ impl Nudge {
 /// writer's `synchronous` setting (`sync`, e.g. `"FULL"`).
 pub(super) fn start(path: &Path, sync: &str) -> StoreResult<Nudge> {
     let conn = Connection::open(path).map_err(db_err)?;
-    super::configure(&conn)?;
+    super::sql::configure(&conn)?;
     conn.execute_batch(&format!("PRAGMA synchronous={sync};")).map_err(db_err)?;
     let (tx, rx) = mpsc::sync_channel(1);
     std::thread::Builder::new()

@@ -3,7 +3,9 @@
 
 use base64::Engine as _;
 
-use super::super::{ETag, Entity, Page, Properties, StoreError, StoreResult, Value};
+use super::super::error::{StoreError, StoreResult};
+use super::super::page::Page;
+use super::super::value::{ETag, Entity, Properties, Value};
 
 /// Compares keys by UTF-16 code units, the order Azurite uses (SQLite's own would be
 /// code-point order); registered as the `UTF16` collation.

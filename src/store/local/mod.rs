@@ -37,16 +37,17 @@ use std::time::Duration;
 use async_trait::async_trait;
 use rusqlite::Connection;
 
-use super::{
-    validate_batch, validate_message, validate_receive, BatchOp, ETag, Entity, IfMatch, Page, PartitionRange,
-    QueueStore, ReceivedMessage, RowRange, StoreResult, TableStore, MAX_PAGE,
-};
+use super::error::StoreResult;
+use super::page::{Page, PartitionRange, RowRange, MAX_PAGE};
+use super::queue::{validate_message, validate_receive, QueueStore, ReceivedMessage};
+use super::table::{validate_batch, BatchOp, IfMatch, TableStore};
+use super::value::{ETag, Entity};
 use codec::{decode_token, utf16_cmp};
 use readers::Readers;
 use sql::{db_err, Encoded};
 use writer::Writer;
 
-pub use writer::{WriteStats, MAX_GROUP};
+pub use writer::WriteStats;
 
 /// How hard commits are pushed to disk.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -74,22 +75,14 @@ impl std::fmt::Debug for LocalStore {
     }
 }
 
-/// Settings every connection needs: the key collation, the busy timeout, a statement cache
-/// large enough for every statement of this module.
-fn configure(conn: &Connection) -> StoreResult<()> {
-    conn.create_collation("UTF16", utf16_cmp).map_err(db_err)?;
-    conn.busy_timeout(Duration::from_secs(10)).map_err(db_err)?;
-    conn.set_prepared_statement_cache_capacity(64);
-    Ok(())
-}
-
 impl LocalStore {
     /// Opens (creating if needed) the store in folder `dir` (file `catalog.sqlite3`).
     /// Errors: the folder or file cannot be created or opened, the writer thread cannot be
     /// started.
     pub fn open(dir: &Path, durability: Durability) -> StoreResult<LocalStore> {
-        std::fs::create_dir_all(dir)
-            .map_err(|e| super::StoreError::Other(format!("embedded store: cannot create {}: {e}", dir.display())))?;
+        std::fs::create_dir_all(dir).map_err(|e| {
+            super::error::StoreError::Other(format!("embedded store: cannot create {}: {e}", dir.display()))
+        })?;
         let path = dir.join("catalog.sqlite3");
         let conn = Connection::open(&path).map_err(db_err)?;
         let sync = Self::prepare(&conn, durability)?;
@@ -111,7 +104,7 @@ impl LocalStore {
     /// Configures the writer's connection (journal mode, `synchronous`, schema); returns
     /// the `synchronous` setting, which the checkpoint connection shares.
     fn prepare(conn: &Connection, durability: Durability) -> StoreResult<&'static str> {
-        configure(conn)?;
+        sql::configure(conn)?;
         let sync = match durability {
             Durability::Full => "FULL",
             Durability::Process => "NORMAL",
@@ -152,7 +145,7 @@ impl LocalStore {
 #[async_trait]
 impl TableStore for LocalStore {
     async fn create_table(&self, table: &str) -> StoreResult<()> {
-        super::check_table_name(table)?;
+        super::table::check_table_name(table)?;
         let t = table.to_lowercase();
         self.write(move |c| sql::create_table(c, &t)).await
     }
@@ -271,7 +264,7 @@ impl TableStore for LocalStore {
 #[async_trait]
 impl QueueStore for LocalStore {
     async fn create_queue(&self, queue: &str) -> StoreResult<()> {
-        super::check_queue_name(queue)?;
+        super::queue::check_queue_name(queue)?;
         let q = queue.to_string();
         self.write(move |c| sql::create_queue(c, &q)).await
     }

@@ -18,7 +18,7 @@ use std::sync::{Arc, Mutex};
 use rusqlite::{Connection, OpenFlags};
 use tokio::sync::Semaphore;
 
-use super::super::{StoreError, StoreResult};
+use super::super::error::{StoreError, StoreResult};
 use super::sql::db_err;
 
 /// Most reads running at once, and so most read connections open and blocking threads
@@ -57,7 +57,7 @@ impl Readers {
         let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX | OpenFlags::SQLITE_OPEN_URI;
         let conn = Connection::open_with_flags(&self.path, flags).map_err(db_err)?;
         self.opened.fetch_add(1, Ordering::Relaxed);
-        super::configure(&conn)?;
+        super::sql::configure(&conn)?;
         // Reads only: a bug here cannot write around the writer's group commit.
         conn.execute_batch("PRAGMA query_only = 1").map_err(db_err)?;
         Ok(conn)

@@ -7,11 +7,23 @@ use std::time::Duration;
 
 use rusqlite::{params, Connection, OptionalExtension, Params};
 
-use super::super::{
-    already_exists, check_if_match, check_pop_receipt, message_not_found, queue_not_found, table_not_found, BatchOp,
-    ETag, Entity, IfMatch, Page, PartitionRange, ReceivedMessage, RowRange, StoreError, StoreResult,
+use super::super::error::{
+    already_exists, message_not_found, queue_not_found, table_not_found, StoreError, StoreResult,
 };
+use super::super::page::{Page, PartitionRange, RowRange};
+use super::super::queue::{check_pop_receipt, ReceivedMessage};
+use super::super::table::{check_if_match, BatchOp, IfMatch};
+use super::super::value::{ETag, Entity};
 use super::codec::{decode_props, encode_props, new_etag, now_ms, page_from};
+
+/// Settings every connection needs: the key collation, the busy timeout, a statement cache
+/// large enough for every statement of this module.
+pub(super) fn configure(conn: &Connection) -> StoreResult<()> {
+    conn.create_collation("UTF16", super::codec::utf16_cmp).map_err(db_err)?;
+    conn.busy_timeout(Duration::from_secs(10)).map_err(db_err)?;
+    conn.set_prepared_statement_cache_capacity(64);
+    Ok(())
+}
 
 /// The database layout. `entities` keys compare with the `UTF16` collation.
 pub(super) const SCHEMA: &str = "

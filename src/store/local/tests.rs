@@ -9,7 +9,10 @@ use std::time::Duration;
 
 use futures::future::join_all;
 
-use super::super::{BatchOp, Entity, IfMatch, QueueStore, StoreError, TableStore, Value};
+use super::super::error::StoreError;
+use super::super::queue::QueueStore;
+use super::super::table::{BatchOp, IfMatch, TableStore};
+use super::super::value::{Entity, Value};
 use super::{Durability, LocalStore};
 
 fn e(pk: &str, rk: &str, n: i32) -> Entity {
@@ -52,7 +55,7 @@ async fn queued_writes_share_one_commit_and_failures_roll_back_only_themselves()
     let s = store.clone();
     writes.push(Box::pin(async move { s.insert("groups", &e("p", "taken", 1)).await.map(|_| ()) }));
     let s = store.clone();
-    let stale = IfMatch::Etag(crate::store::ETag("W/\"stale\"".into()));
+    let stale = IfMatch::Etag(crate::store::value::ETag("W/\"stale\"".into()));
     writes.push(Box::pin(async move { s.replace("groups", &e("p", "taken", 2), &stale).await.map(|_| ()) }));
     let s = store.clone();
     let ops = vec![BatchOp::Insert(e("p", "b1", 0)), BatchOp::Insert(e("p", "taken", 0))];

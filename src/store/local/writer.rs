@@ -22,7 +22,7 @@ use std::sync::{mpsc, Arc};
 use rusqlite::Connection;
 use tokio::sync::oneshot;
 
-use super::super::{StoreError, StoreResult};
+use super::super::error::{StoreError, StoreResult};
 use super::checkpointer::Nudge;
 use super::sql::db_err;
 

@@ -7,34 +7,16 @@ use std::time::Duration;
 use crate::env::Instant;
 use async_trait::async_trait;
 
-use super::{MemStore, State};
-use crate::store::{
-    check_pop_receipt, check_queue_name, message_not_found, queue_not_found, validate_message, validate_receive,
-    QueueStore, ReceivedMessage, StoreResult,
+use super::state::{MemStore, Message, Queue, State};
+use crate::store::error::{message_not_found, queue_not_found, StoreResult};
+use crate::store::queue::{
+    check_pop_receipt, check_queue_name, validate_message, validate_receive, QueueStore, ReceivedMessage,
 };
 
 /// "Now" for visibility timeouts ([`crate::env::now`]: the paused, auto-advancing clock of
 /// the simulator, real time elsewhere). The only place this store reads time.
 fn now() -> Instant {
     crate::env::now()
-}
-
-/// One queue: messages by id.
-#[derive(Default)]
-pub(super) struct Queue {
-    messages: BTreeMap<String, Message>,
-}
-
-struct Message {
-    /// Put order (the message counter's value), to order receives.
-    seq: u64,
-    text: String,
-    /// Hidden until then (a delayed put, a receive's visibility timeout, a release).
-    visible_at: Instant,
-    dequeue_count: u32,
-    /// The receipt of the latest delivery. A message never received holds a receipt
-    /// no caller was given, so no receipt deletes it.
-    pop_receipt: String,
 }
 
 /// Queue `name` of `queues`; `NotFound` when there is none. (A function of the map, not of

@@ -3,31 +3,17 @@
 //! that name the next entity.
 
 use std::cmp::Ordering;
-use std::collections::BTreeMap;
 use std::ops::Bound::{self, Excluded, Included, Unbounded};
 
 use async_trait::async_trait;
 use base64::Engine as _;
 
-use super::{Counters, Key, MemStore, Pages, State};
+use super::state::{Counters, Key, MemStore, Pages, State, Stored, Table};
+use crate::store::error::{already_exists, table_not_found, StoreError, StoreResult};
+use crate::store::page::{Page, PartitionRange, RowRange, MAX_PAGE};
+use crate::store::table::{check_if_match, validate_batch, BatchOp, IfMatch, TableStore};
 use crate::store::value::check_entity;
-use crate::store::{
-    already_exists, check_if_match, table_not_found, validate_batch, BatchOp, ETag, Entity, IfMatch, Page,
-    PartitionRange, Properties, RowRange, StoreError, StoreResult, TableStore, MAX_PAGE,
-};
-
-/// An entity as stored (its keys are the maps' keys).
-struct Stored {
-    etag: ETag,
-    properties: Properties,
-}
-
-/// One table: partitions by PartitionKey, entities by RowKey. A partition leaves the map
-/// with its last entity.
-#[derive(Default)]
-pub(super) struct Table {
-    partitions: BTreeMap<Key, BTreeMap<Key, Stored>>,
-}
+use crate::store::value::{ETag, Entity};
 
 impl Table {
     fn current(&self, pk: &str, rk: &str) -> Option<&Stored> {
@@ -253,7 +239,7 @@ impl State {
 #[async_trait]
 impl TableStore for MemStore {
     async fn create_table(&self, table: &str) -> StoreResult<()> {
-        crate::store::check_table_name(table)?;
+        crate::store::table::check_table_name(table)?;
         self.with(|s| {
             s.tables.entry(table.to_lowercase()).or_default();
         });

@@ -6,9 +6,12 @@ use std::time::Duration;
 use futures::TryStreamExt;
 
 use super::MemStore;
-use crate::store::{
-    pager, BatchOp, Entity, IfMatch, PartitionRange, QueueStore, RowRange, StoreError, TableStore, Value,
-};
+use crate::store::error::StoreError;
+use crate::store::page::{PartitionRange, RowRange};
+use crate::store::pager;
+use crate::store::queue::QueueStore;
+use crate::store::table::{BatchOp, IfMatch, TableStore};
+use crate::store::value::{Entity, Value};
 
 fn e(pk: &str, rk: &str, n: i32) -> Entity {
     Entity::new(pk, rk).with("n", Value::Int32(n))
@@ -80,7 +83,7 @@ async fn same_operations_same_execution() {
 }
 
 /// `(page sizes, keys)` of a query followed through its tokens.
-async fn follow(mut fetch: impl AsyncFnMut(Option<String>) -> crate::store::Page) -> (Vec<usize>, Vec<String>) {
+async fn follow(mut fetch: impl AsyncFnMut(Option<String>) -> crate::store::page::Page) -> (Vec<usize>, Vec<String>) {
     let (mut sizes, mut keys, mut token) = (Vec::new(), Vec::new(), None);
     loop {
         let page = fetch(token.take()).await;

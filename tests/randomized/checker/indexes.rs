@@ -725,7 +725,7 @@ pub async fn check_final(c: &Catalog, live: &BTreeMap<String, Record>) -> (Vec<S
             }
             Some(other) => out.push(format!("index {field} still {} at quiescence", other.name())),
             None => {
-                let prefix = table_catalog::jobs::index::partition_prefix(field);
+                let prefix = table_catalog::testing::jobs::index::partition_prefix(field);
                 let range =
                     PartitionRange { after: Some(prefix.clone()), before: None, to: Some(format!("{prefix}\u{ffff}")) };
                 let left = c.store().query_partitions(&c.names().table, &range, 1000, None).await.unwrap();

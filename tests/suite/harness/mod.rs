@@ -46,7 +46,7 @@ use std::time::{Duration, Instant};
 
 use base64::Engine as _;
 use serde_json::Value;
-use table_catalog::store::azure::AzureStore;
+use table_catalog::store::AzureStore;
 use table_catalog::store::{QueueStore, ReceivedMessage, TableStore};
 use table_catalog::testing::settings;
 

@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 use base64::Engine as _;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use table_catalog::store::azure::AzureStore;
+use table_catalog::store::AzureStore;
 use table_catalog::store::{QueueStore, ReceivedMessage, StoreError};
 use time::OffsetDateTime;
 
