@@ -58,7 +58,7 @@ use std::time::Duration;
 use futures::TryStreamExt;
 
 use super::id::now_micros;
-use super::METADATA;
+use super::layout::METADATA;
 use crate::error::Result;
 use crate::store::{pager, BatchOp, Entity, IfMatch, RowRange, Store, StoreError, Value, MAX_PAGE};
 
