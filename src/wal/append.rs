@@ -250,6 +250,7 @@ pub(crate) fn batches(entities: &[Entity]) -> Vec<&[Entity]> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::Value;
 
     #[test]
     fn rounds_follow_the_write_share() {
