@@ -50,7 +50,7 @@ use table_catalog::store::local::LocalStore;
 use table_catalog::store::sim::{self as simulated, LogNormal, SimAzureStore, SimOptions, SimStats};
 use table_catalog::store::{BatchOp, OpKind, Store, StoreResult};
 
-use super::percentile;
+use super::percentile::percentile;
 
 /// Scale-out on a simulated Azure account.
 #[derive(Debug, Args)]
