@@ -51,7 +51,8 @@ use crate::env::Instant;
 
 use futures::future::BoxFuture;
 
-use super::{Applier, DrainOutcome};
+use super::applier::Applier;
+use super::outcome::DrainOutcome;
 use crate::error::Result;
 use crate::faults;
 use crate::wal::lease::Lease;

@@ -24,7 +24,7 @@ use std::time::Duration;
 
 use crate::env::Instant;
 
-use super::Applier;
+use super::applier::Applier;
 use crate::error::Result;
 use crate::store::RowRange;
 use crate::wal::id::format_micros;

@@ -18,7 +18,7 @@
 
 use futures::StreamExt;
 
-use super::Applier;
+use super::applier::Applier;
 use crate::error::{Error, Result};
 use crate::store::{pager, Entity, IfMatch, RowRange, StoreError};
 use crate::wal::{ShardId, WalEntry, WalId, DEAD, DEAD_AT, DEAD_FROM, DEAD_REASON};

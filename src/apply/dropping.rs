@@ -33,18 +33,11 @@
 //! checks again while the index is dropping. Left open: a retry after the job has finished
 //! writes nothing for the index, so such a row stays (docs/ARCHITECTURE.md, "Order", step 10).
 
-use std::collections::BTreeSet;
-use std::sync::Mutex;
-
-use super::Applier;
+use super::applier::Applier;
 use crate::error::Result;
 use crate::keys::{escape_key, partition_field};
 use crate::schema::{IndexState, Schema};
 use crate::store::{IfMatch, StoreError};
-
-/// Rows written in partitions of dropping indexes and not yet checked: (PartitionKey, RowKey).
-#[derive(Debug, Default)]
-pub(crate) struct DroppingRows(Mutex<BTreeSet<(String, String)>>);
 
 /// The field of catalog partition `pk` when `schema` does not maintain it (an index being
 /// dropped, or one gone altogether); `None` for a maintained index or a key of another shape.

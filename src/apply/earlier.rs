@@ -22,8 +22,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use futures::{StreamExt, TryStreamExt};
 
+use super::applier::Applier;
 use super::filter::Match;
-use super::Applier;
 use crate::error::Result;
 use crate::query::Filter;
 use crate::record::RowMeta;

@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 
 use futures::{StreamExt, TryStreamExt};
 
-use super::Applier;
+use super::applier::Applier;
 use crate::error::{Error, Result};
 use crate::faults;
 use crate::history::{Change, ChangeOp};

@@ -26,8 +26,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use futures::{StreamExt, TryStreamExt};
 
+use super::applier::Applier;
 use super::fanout::RowWrite;
-use super::Applier;
 use crate::env::Instant;
 use crate::error::Result;
 use crate::history::{Change, ChangeOp};

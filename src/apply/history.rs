@@ -12,24 +12,16 @@ use std::collections::BTreeMap;
 
 use futures::{StreamExt, TryStreamExt};
 
-use super::Applier;
+use super::applier::Applier;
+use super::history_target::HistoryTarget;
 use crate::error::Result;
 use crate::faults;
-use crate::history::{self, retention, Change, HistoryEntry, HistoryOptions};
+use crate::history::{self, retention, Change, HistoryEntry};
 use crate::query::Filter;
 use crate::record::Record;
 use crate::store::{pager, BatchOp, Entity, RowRange, StoreError};
 use crate::wal::append::batches;
 use crate::wal::WalId;
-
-/// Where an applier writes history, and the retention limits.
-#[derive(Debug, Clone)]
-pub struct HistoryTarget {
-    /// The history table (`{catalog}history`).
-    pub table: String,
-    /// Retention.
-    pub opts: HistoryOptions,
-}
 
 impl Applier {
     /// Records `changes` in the history table, when the catalog keeps history. Passes the

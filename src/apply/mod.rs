@@ -20,81 +20,38 @@
 //! An entry that can never be applied (unreadable, or its record no longer valid) is moved
 //! to the `dead` partition with the reason, so it never blocks the entries behind it.
 
+mod applier;
 pub mod barrier;
 pub mod catch_up;
 pub mod dead;
 mod dropping;
+mod dropping_rows;
 mod earlier;
 pub mod fanout;
 pub mod filter;
 pub mod history;
+mod history_target;
+mod outcome;
 pub mod row_cache;
 pub mod schema_change;
+mod schema_jobs;
 mod stamp;
 mod stray;
 pub mod sweep;
 
+pub use applier::Applier;
+pub use outcome::DrainOutcome;
+
 use crate::env::Instant;
-use std::sync::Arc;
 
 use futures::future::BoxFuture;
 use futures::StreamExt;
 
 use crate::error::{Error, Result};
 use crate::faults;
-use crate::schema::Schema;
-use crate::store::{bulk_delete, pager, Entity, IfMatch, RowRange, Store, StoreError, Value};
+use crate::store::{bulk_delete, pager, Entity, IfMatch, RowRange, StoreError, Value};
 use crate::wal::lease::Lease;
-use crate::wal::schema_row;
-use crate::wal::{
-    Op, ShardId, Wal, WalEntry, WalOptions, DEAD, DEAD_AT, DEAD_FROM, DEAD_REASON, METADATA, PENDING_BEFORE,
-};
-
-/// What an apply pass did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum DrainOutcome {
-    /// This caller applied entries until none were pending.
-    Drained {
-        /// Entries applied (or moved aside as dead).
-        applied: usize,
-    },
-    /// Another applier holds the shard; it re-checks for pending entries before it stops.
-    Busy,
-    /// This caller applied entries and stopped with entries still pending: at its time
-    /// budget, or at a replace or delete whose barrier had not passed by then.
-    Partial {
-        /// Entries applied (or moved aside as dead).
-        applied: usize,
-    },
-}
-
-impl DrainOutcome {
-    /// Entries applied.
-    pub fn applied(self) -> usize {
-        match self {
-            DrainOutcome::Drained { applied } | DrainOutcome::Partial { applied } => applied,
-            DrainOutcome::Busy => 0,
-        }
-    }
-
-    /// The outcome of applying several shards: `Partial` if any stopped early, `Busy` if all
-    /// were busy, `Drained` otherwise.
-    pub fn combine(outcomes: impl IntoIterator<Item = DrainOutcome>) -> DrainOutcome {
-        let (mut applied, mut partial, mut all_busy) = (0, false, true);
-        for o in outcomes {
-            applied += o.applied();
-            partial |= matches!(o, DrainOutcome::Partial { .. });
-            all_busy &= o == DrainOutcome::Busy;
-        }
-        if partial {
-            DrainOutcome::Partial { applied }
-        } else if all_busy {
-            DrainOutcome::Busy
-        } else {
-            DrainOutcome::Drained { applied }
-        }
-    }
-}
+use crate::wal::{Op, ShardId, WalEntry, DEAD, DEAD_AT, DEAD_FROM, DEAD_REASON, PENDING_BEFORE};
 
 /// How applying a page went.
 enum Flow {
@@ -133,186 +90,7 @@ const UPSERT_RUN: usize = 64;
 /// Pending entries read per request while draining (two groups of upserts).
 pub const DRAIN_PAGE: usize = 2 * UPSERT_RUN;
 
-/// The apply engine of one catalog (see the module docs).
-pub struct Applier {
-    pub(crate) wal: Arc<Wal>,
-    pub(crate) store: Arc<dyn Store>,
-    /// Catalog table name.
-    pub(crate) catalog_table: String,
-    /// The schema as configured (identity fields, row key, hashed fields; version 0).
-    base: Schema,
-    /// The schema in force here: `base` with the stored added indexes, re-read when a newer
-    /// version shows up ([`Applier::reload_schema`]).
-    schema: std::sync::RwLock<Arc<Schema>>,
-    pub(crate) opts: WalOptions,
-    /// One applier per shard per process at a time.
-    locks: Vec<tokio::sync::Mutex<()>>,
-    /// Catalog rows this process last wrote or read (ETag, WAL id), for one-request updates.
-    pub(crate) rows: row_cache::RowCache,
-    /// Whether unseen rows tend to exist (picks insert-first or read-first).
-    pub(crate) existence: row_cache::Existence,
-    /// Where history rows go, when the catalog keeps history ([`history`]).
-    pub(crate) history: Option<history::HistoryTarget>,
-    /// Starts the jobs of schema changes ([`schema_change`]).
-    pub(crate) jobs: Option<Arc<dyn schema_change::SchemaJobs>>,
-    /// When the schema was last read from the store (for [`Applier::schema_within`]).
-    schema_read: std::sync::Mutex<Instant>,
-    /// Rows written in partitions of dropping indexes, until checked ([`dropping`]).
-    dropping: dropping::DroppingRows,
-}
-
-impl std::fmt::Debug for Applier {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Applier").field("catalog_table", &self.catalog_table).finish()
-    }
-}
-
 impl Applier {
-    /// The engine applying `wal` to `catalog_table`. Call [`Applier::init`] before use.
-    pub fn new(wal: Arc<Wal>, catalog_table: String, schema: Schema) -> Applier {
-        let opts = wal.opts.clone();
-        let locks = (0..crate::wal::shard::MAX_SHARDS).map(|_| tokio::sync::Mutex::new(())).collect();
-        Applier {
-            store: wal.store.clone(),
-            wal,
-            catalog_table,
-            base: schema.clone(),
-            schema: std::sync::RwLock::new(Arc::new(schema)),
-            opts,
-            locks,
-            rows: row_cache::RowCache::default(),
-            existence: row_cache::Existence::default(),
-            history: None,
-            jobs: None,
-            schema_read: std::sync::Mutex::new(crate::env::now()),
-            dropping: dropping::DroppingRows::default(),
-        }
-    }
-
-    /// Starts the jobs of schema changes through `jobs` (builder style).
-    pub fn with_jobs(mut self, jobs: Arc<dyn schema_change::SchemaJobs>) -> Applier {
-        self.jobs = Some(jobs);
-        self
-    }
-
-    /// Also records every applied change in the history table `table` (builder style; call
-    /// before [`Applier::init`], which creates the table).
-    pub fn with_history(mut self, table: String, opts: crate::history::HistoryOptions) -> Applier {
-        self.history = Some(history::HistoryTarget { table, opts });
-        self
-    }
-
-    /// The history table, when the catalog keeps history.
-    pub fn history_table(&self) -> Option<&str> {
-        self.history.as_ref().map(|h| h.table.as_str())
-    }
-
-    /// Creates the catalog table and stores or checks the schema: a catalog opened with
-    /// another schema than the one it was created with fails with [`Error::SchemaMismatch`],
-    /// as does one opened with another hash key than the one its hashed keys were made with.
-    pub async fn init(&self) -> Result<()> {
-        self.store.create_table(&self.catalog_table).await?;
-        if let Some(h) = &self.history {
-            self.store.create_table(&h.table).await?;
-        }
-        let table = self.wal.table();
-        let want = schema_row::row(&self.base);
-        let stored = match self.store.insert(table, &want).await {
-            Ok(_) => return Ok(()),
-            Err(StoreError::AlreadyExists(_)) => self.store.get(table, METADATA, schema_row::ROW).await?,
-            Err(e) => return Err(e.into()),
-        };
-        let stored = stored.ok_or_else(|| Error::SchemaMismatch("schema row vanished while opening".into()))?;
-        schema_row::check(&stored, &self.base, &self.catalog_table)?;
-        self.adopt(&stored)?;
-        if schema_row::needs_healing(&stored) {
-            // Rewritten without the marker by a release from before it: mark it again, so
-            // releases from before online index changes refuse the catalog (a conditional
-            // write; the list and version stay as stored).
-            tracing::info!("schema row written by an earlier release: marking it changed again");
-            let healed = schema_row::update(self.store.as_ref(), table, |_, _, _| Ok(true)).await?;
-            self.adopt(&healed)?;
-        }
-        Ok(())
-    }
-
-    /// The schema in force in this process (cheap: a shared pointer).
-    pub fn schema(&self) -> Arc<Schema> {
-        self.schema.read().unwrap_or_else(|p| p.into_inner()).clone()
-    }
-
-    /// Makes the stored schema row `stored` the one in force, unless this process already
-    /// has a newer version. Errors when the row is not one this process can use.
-    pub(crate) fn adopt(&self, stored: &Entity) -> Result<()> {
-        *self.schema_read.lock().unwrap_or_else(|p| p.into_inner()) = crate::env::now();
-        let parsed = schema_row::StoredSchema::of(stored);
-        let schema = parsed.apply_to(self.base.clone())?;
-        let mut current = self.schema.write().unwrap_or_else(|p| p.into_inner());
-        if schema.version() >= current.version() {
-            if schema.version() > current.version() {
-                tracing::info!(version = schema.version(), indexes = %schema.index_keys.join(","), "schema changed");
-                // Rows of a dropped index were deleted behind the cache's back.
-                self.rows.clear();
-            }
-            self.wal.note_schema_version(schema.version());
-            *current = Arc::new(schema);
-        }
-        Ok(())
-    }
-
-    /// Re-reads the stored schema and makes it the one in force (one request). Returns the
-    /// version now in force.
-    pub async fn reload_schema(&self) -> Result<u64> {
-        let stored = schema_row::read_row(self.store.as_ref(), self.wal.table())
-            .await?
-            .ok_or_else(|| Error::SchemaMismatch("the catalog's schema row is gone".into()))?;
-        self.adopt(&stored)?;
-        Ok(self.schema().version())
-    }
-
-    /// How long ago the schema was last read from the store.
-    pub fn schema_age(&self) -> std::time::Duration {
-        self.schema_read.lock().unwrap_or_else(|p| p.into_inner()).elapsed()
-    }
-
-    /// The schema in force, re-read first when it was read longer than `max_age` ago.
-    pub async fn schema_within(&self, max_age: std::time::Duration) -> Result<Arc<Schema>> {
-        if self.schema_age() > max_age {
-            self.reload_schema().await?;
-        }
-        Ok(self.schema())
-    }
-
-    /// Re-reads the schema if this process's version is below `version` (an entry, lease
-    /// row or clock row said a newer one exists).
-    pub(crate) async fn ensure_schema(&self, version: u64) -> Result<()> {
-        if self.schema().version() < version {
-            self.reload_schema().await?;
-        }
-        Ok(())
-    }
-
-    /// The WAL.
-    pub fn wal(&self) -> &Wal {
-        &self.wal
-    }
-
-    /// The shard an operation is logged in: an upsert in the shard of its record's RowKey,
-    /// anything that reads the catalog to decide what to write (replace, delete) in shard 0,
-    /// behind the barrier. Errors when the record cannot be keyed.
-    pub fn route(&self, op: &Op) -> Result<ShardId> {
-        match op {
-            Op::Upsert { record } => Ok(self.shard_of(&self.schema().record_keys(record)?.row_key)),
-            Op::Replace { .. } | Op::Delete { .. } | Op::Schema { .. } | Op::RemoveRow { .. } => Ok(ShardId::ZERO),
-        }
-    }
-
-    /// The shard an upsert of the record with this RowKey is logged in, over the shard
-    /// count in force in this process.
-    pub fn shard_of(&self, row_key: &str) -> ShardId {
-        ShardId::for_row_key(row_key, self.wal.shard_count())
-    }
-
     /// Applies every pending entry of every shard, shards in parallel; each stops at a group
     /// boundary after [`WalOptions::apply_budget`].
     pub async fn apply_all(&self) -> Result<DrainOutcome> {

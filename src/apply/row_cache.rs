@@ -9,7 +9,7 @@
 //! write it enables is conditional on the cached ETag. It does make the applier skip a row
 //! it remembers holding the same or a newer WAL id, which is wrong once something deleted
 //! that row behind its back: the only such deleter is the job of `index drop`
-//! ([`crate::jobs::index`]), so the cache is cleared whenever the schema version changes (an
+//! (`crate::jobs::index`), so the cache is cleared whenever the schema version changes (an
 //! index added again after a drop is a later version). Bounded: two generations of at most
 //! [`GENERATION`] rows each; when the young one fills up, the old one is dropped.
 

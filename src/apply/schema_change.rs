@@ -32,23 +32,14 @@ use crate::env::Instant;
 
 use futures::future::BoxFuture;
 
+use super::applier::Applier;
 use super::barrier::Passed;
-use super::{Applier, DrainOutcome};
+use super::outcome::DrainOutcome;
+pub use super::schema_jobs::SchemaJobs;
 use crate::error::{Error, Result};
 use crate::schema::IndexState;
 use crate::wal::lease::Lease;
-use crate::wal::{ShardId, WalEntry, WalId};
-
-/// How the apply engine starts the job of a schema change (the narrow interface to the jobs,
-/// wired in by the catalog: [`Applier::with_jobs`]).
-pub trait SchemaJobs: Send + Sync {
-    /// The id of the job of the change logged as `wal_id`.
-    fn job_id(&self, wal_id: &WalId) -> String;
-    /// Starts job `id` (idempotent): the backfill of added index `field` (`dropping` false)
-    /// or the removal of dropped index `field`'s rows (`dropping` true), for the change to
-    /// schema `version`.
-    fn start<'a>(&'a self, id: &'a str, field: &'a str, dropping: bool, version: u64) -> BoxFuture<'a, Result<()>>;
-}
+use crate::wal::{ShardId, WalEntry};
 
 impl Applier {
     /// Waits until every shard other than `own` applies with schema `version` or newer (see

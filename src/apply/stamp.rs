@@ -11,7 +11,7 @@
 //! (a stale lease holder and the current one) exactly one stamps it and both apply it with
 //! that stamp; an entry gone meanwhile was applied by another applier and is skipped.
 
-use super::Applier;
+use super::applier::Applier;
 use crate::error::Result;
 use crate::store::{Entity, IfMatch, StoreError, Value};
 use crate::wal::entry::AT;

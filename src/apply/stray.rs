@@ -10,7 +10,7 @@
 //! belong under the schema in force. Idempotent: a row already gone, or changed, is left
 //! as it is. No history row: no record changes.
 
-use super::Applier;
+use super::applier::Applier;
 use crate::error::Result;
 use crate::record::RowMeta;
 use crate::store::{ETag, IfMatch, StoreError};

@@ -14,7 +14,8 @@ use serde::Serialize;
 
 use futures::{StreamExt, TryStreamExt};
 
-use super::{Applier, DrainOutcome};
+use super::applier::Applier;
+use super::outcome::DrainOutcome;
 use crate::error::Result;
 use crate::record::RowMeta;
 use crate::store::{pager, IfMatch, RowRange, StoreError, Value, MAX_PAGE};

@@ -16,7 +16,7 @@ use table_catalog::query::Filter;
 use table_catalog::record::Record;
 use table_catalog::server::{self, ServeOptions};
 
-use super::{Cli, Command, FormatArg};
+use super::args::{Cli, Command, FormatArg};
 
 pub async fn run(cli: Cli) -> Result<ExitCode> {
     let config = cli.catalog.config();
@@ -143,7 +143,7 @@ pub async fn run(cli: Cli) -> Result<ExitCode> {
                 eprintln!("no history for {filter}");
             }
         }
-        Command::Wal { action: super::WalAction::Show { id } } => {
+        Command::Wal { action: super::args::WalAction::Show { id } } => {
             println!("{}", serde_json::to_string(&catalog.wal_entry_state(&id).await?)?)
         }
         Command::Status => println!("{}", serde_json::to_string(&catalog.status().await?)?),

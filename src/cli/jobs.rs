@@ -17,7 +17,7 @@ use table_catalog::catalog::Catalog;
 use table_catalog::jobs::{Job, JobId, JobKind, JobState, Jobs};
 use table_catalog::server::{self, ServeOptions};
 
-use super::ScanArgs;
+use super::scan_args::ScanArgs;
 
 /// Exit status when a verify job has findings (as the serial `verify`).
 const FINDINGS_EXIT: u8 = 3;

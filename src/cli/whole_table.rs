@@ -12,7 +12,7 @@ use table_catalog::catalog::Catalog;
 use table_catalog::cli_support::verify::{self, VerifyOptions, VerifyReport};
 use table_catalog::cli_support::{export, repair};
 
-use super::ScanArgs;
+use super::scan_args::ScanArgs;
 
 /// Exit status of `verify` when it finds disagreements.
 const FINDINGS_EXIT: u8 = 3;

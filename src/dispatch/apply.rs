@@ -4,7 +4,8 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 
-use super::{Delivery, Dispatcher, Handled, Handler};
+use super::dispatcher::Dispatcher;
+use super::handler::{Delivery, Handled, Handler};
 use crate::catalog::{Catalog, MessageOutcome};
 use crate::error::Result;
 

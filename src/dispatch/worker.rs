@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
-use super::Dispatcher;
+use super::dispatcher::Dispatcher;
 
 /// Tunables of the in-process listener that `host.json` does not cover.
 #[derive(Debug, Clone)]

@@ -44,11 +44,11 @@ use futures::future::try_join_all;
 use tokio::sync::oneshot;
 
 use super::clock::Clock;
-use super::entry::WalEntry;
-use super::{intent_marker_key, Op, ShardId, Wal, WalId};
+use super::entry::{Op, WalEntry};
+use super::id::WalId;
+use super::shard::ShardId;
 use crate::error::{Error, Result};
-use crate::faults;
-use crate::store::{BatchOp, Entity, Store, StoreError, Value, MAX_BATCH_BYTES, MAX_BATCH_OPS};
+use crate::store::{BatchOp, Entity, Store, StoreError, MAX_BATCH_BYTES, MAX_BATCH_OPS};
 
 struct Waiter {
     ops: Vec<(ShardId, Op)>,
@@ -102,7 +102,7 @@ impl Appender {
 
     /// Queues `ops` (validated under schema `schema_version`) for the next round and waits
     /// for it.
-    async fn append(&self, ops: Vec<(ShardId, Op)>, schema_version: u64) -> Result<Vec<WalId>> {
+    pub(super) async fn append(&self, ops: Vec<(ShardId, Op)>, schema_version: u64) -> Result<Vec<WalId>> {
         let (tx, rx) = oneshot::channel();
         let start = {
             let mut q = self.queue.lock().unwrap_or_else(|p| p.into_inner());
@@ -196,7 +196,7 @@ impl Appender {
     /// and above everything this process handed out, so above every id acknowledged so far
     /// in any process: `(ids, last timestamp)`. The caller must publish the last timestamp
     /// ([`Clock::publish`]) before acknowledging anything logged under these ids.
-    fn ids_above(&self, high: i64, n: usize) -> (Vec<WalId>, i64) {
+    pub(super) fn ids_above(&self, high: i64, n: usize) -> (Vec<WalId>, i64) {
         let start = self.clock.reserve(high, n);
         let ids = (0..n as i64).map(|i| WalId::new(start + i, crate::env::uuid())).collect();
         (ids, start + n as i64 - 1)
@@ -227,76 +227,6 @@ impl Appender {
     }
 }
 
-impl Wal {
-    /// Logs operations durably, each in the shard it is routed to, and returns their ids,
-    /// in order. Concurrent callers share rounds (see the module docs); when this returns
-    /// `Ok`, every entry is durable and the ids are published, so any operation issued
-    /// afterwards, in any process, gets a larger id. On `Err` some entries may have been
-    /// written; they will be applied.
-    pub async fn append(&self, ops: Vec<(ShardId, Op)>) -> Result<Vec<WalId>> {
-        self.append_under(ops, self.schema_version()).await
-    }
-
-    /// [`Wal::append`] of operations validated under schema version `schema_version`:
-    /// [`Error::SchemaChanged`] (nothing written) when the catalog's schema is newer by the
-    /// clock read of the round (see the module docs).
-    pub async fn append_under(&self, ops: Vec<(ShardId, Op)>, schema_version: u64) -> Result<Vec<WalId>> {
-        if ops.is_empty() {
-            return Ok(Vec::new());
-        }
-        let ids = self.appender.append(ops, schema_version).await?;
-        faults::point("after_wal_write")?;
-        Ok(ids)
-    }
-
-    /// Logs an operation that arrived as queue message `message_id`, once: a redelivered
-    /// message returns the id it was first logged under. The entry and its marker are
-    /// written in one entity group transaction, in shard 0 (so a redelivery finds the
-    /// marker whatever the shard count is by then).
-    pub async fn append_intent(&self, op: Op, message_id: &str, schema_version: u64) -> Result<WalId> {
-        let marker_key = intent_marker_key(message_id);
-        if let Some(id) = self.intent_logged(&marker_key).await? {
-            return Ok(id);
-        }
-        let current = self.appender.clock.read(self.store.as_ref(), &self.table).await?;
-        if schema_version < current.schema_version {
-            return Err(Error::SchemaChanged(current.schema_version));
-        }
-        let (mut ids, last) = self.appender.ids_above(current.high, 1);
-        let id = ids.remove(0);
-        let shard = ShardId::ZERO.partition();
-        let entry = WalEntry { id: id.clone(), op, schema_version, at: None, resume: None }.to_entity(&shard);
-        let marker = Entity::new(shard.as_str(), marker_key.as_str())
-            .with("id", Value::String(id.to_string()))
-            .with("at", Value::Int64(super::id::now_micros()));
-        let write = async {
-            match self.store.batch(&self.table, &shard, &[BatchOp::Insert(entry), BatchOp::Insert(marker)]).await {
-                Ok(_) => Ok(id.clone()),
-                Err(StoreError::BatchFailed { .. }) => {
-                    // Logged meanwhile by another delivery of the same message (or by a retried
-                    // request of ours that committed).
-                    self.intent_logged(&marker_key).await?.ok_or_else(|| {
-                        Error::Store(StoreError::Other("intent batch failed but no marker was written".into()))
-                    })
-                }
-                Err(e) => Err(e.into()),
-            }
-        };
-        let publish = self.appender.clock.publish(self.store.as_ref(), &self.table, last);
-        let (logged, published) = tokio::join!(write, publish);
-        published?;
-        logged
-    }
-
-    async fn intent_logged(&self, marker_key: &str) -> Result<Option<WalId>> {
-        Ok(self
-            .store
-            .get(&self.table, super::SHARD, marker_key)
-            .await?
-            .and_then(|m| m.str("id").map(|s| WalId::from_stored(s.to_string()))))
-    }
-}
-
 /// Splits entities into groups that fit one entity group transaction.
 pub(crate) fn batches(entities: &[Entity]) -> Vec<&[Entity]> {
     let mut out = Vec::new();
@@ -320,6 +250,7 @@ pub(crate) fn batches(entities: &[Entity]) -> Vec<&[Entity]> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::Value;
 
     #[test]
     fn rounds_follow_the_write_share() {

@@ -11,7 +11,7 @@
 //! conflicts. Allocating ids is one round:
 //! 1. read the first row of [`CLOCK`] (one query, `$top=1`, one entity whatever the number
 //!    of processes): the high-water mark `h`. The answer must come in one response
-//!    ([`pager::head`]): a first page cut short is read again from the start, not followed,
+//!    (`store::pager::head`): a first page cut short is read again from the start, not followed,
 //!    because the row it would resume at may be replaced meanwhile by one sorting before it;
 //! 2. hand out timestamps from `max(now + skew, h + 1, own last + 1)` on, one microsecond
 //!    apart;
@@ -58,7 +58,7 @@ use std::time::Duration;
 use futures::TryStreamExt;
 
 use super::id::now_micros;
-use super::METADATA;
+use super::layout::METADATA;
 use crate::error::Result;
 use crate::store::{pager, BatchOp, Entity, IfMatch, RowRange, Store, StoreError, Value, MAX_PAGE};
 

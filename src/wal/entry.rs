@@ -7,7 +7,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::WalId;
+use super::id::WalId;
 use crate::query::Filter;
 use crate::record::Record;
 use crate::store::{Entity, Value};

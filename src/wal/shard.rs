@@ -25,7 +25,7 @@ use std::fmt;
 
 use md5::{Digest, Md5};
 
-use super::METADATA;
+use super::layout::METADATA;
 use crate::error::{Error, Result};
 use crate::store::{ETag, Entity, IfMatch, Store, StoreError, Value};
 
@@ -74,18 +74,18 @@ impl ShardId {
     /// The WAL partition (PartitionKey) of this shard.
     pub fn partition(self) -> String {
         if self.0 == 0 {
-            super::SHARD.to_string()
+            super::layout::SHARD.to_string()
         } else {
-            format!("{}-{:02}", super::SHARD, self.0)
+            format!("{}-{:02}", super::layout::SHARD, self.0)
         }
     }
 
     /// The shard whose partition is `name` (`wal`, `wal-01`..), as hints name it.
     pub fn from_partition(name: &str) -> Option<ShardId> {
-        if name == super::SHARD {
+        if name == super::layout::SHARD {
             return Some(ShardId::ZERO);
         }
-        let digits = name.strip_prefix(super::SHARD)?.strip_prefix('-')?;
+        let digits = name.strip_prefix(super::layout::SHARD)?.strip_prefix('-')?;
         if digits.len() < 2 || !digits.bytes().all(|b| b.is_ascii_digit()) {
             return None;
         }

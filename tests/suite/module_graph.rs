@@ -622,33 +622,8 @@ fn no_circle_between_siblings() {
 }
 
 /// Level 3: no circle between module files, a parent `mod.rs` and its children included.
-/// The circles left (a parent that re-exports or calls its children, children that use items
-/// the parent defines) are listed in [`FILE_CIRCLES_LEFT`]: a circle outside them, or one that
-/// grows, fails; the list may only shrink.
 #[test]
 fn no_circle_between_files() {
     let g = graph();
-    let found = circles(&g, |m| Some(m.clone()));
-    let allowed =
-        |scc: &[Module]| FILE_CIRCLES_LEFT.iter().any(|known| scc.iter().all(|m| known.contains(&name(m).as_str())));
-    let (_, new): (Vec<_>, Vec<_>) = found.into_iter().partition(|(scc, _)| allowed(scc));
-    check("module files", new);
+    check("module files", circles(&g, |m| Some(m.clone())));
 }
-
-/// The file-level circles not yet untangled (each between a directory's `mod.rs` and its
-/// children); shrink this list as they are.
-const FILE_CIRCLES_LEFT: &[&[&str]] = &[
-    &[
-        "apply",
-        "apply::barrier",
-        "apply::dropping",
-        "apply::fanout",
-        "apply::filter",
-        "apply::history",
-        "apply::schema_change",
-    ],
-    &["dispatch", "dispatch::worker"],
-    &["main::cli", "main::cli::commands", "main::cli::index", "main::cli::jobs", "main::cli::whole_table"],
-    &["main::cli::bench", "main::cli::bench::lookups", "main::cli::bench::sim", "main::cli::bench::writes"],
-    &["wal", "wal::append", "wal::clock", "wal::entry", "wal::shard"],
-];

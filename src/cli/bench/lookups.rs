@@ -12,7 +12,7 @@ use rand::SeedableRng;
 use table_catalog::cli_support::import::{self, Format};
 use table_catalog::cli_support::schema::Schema;
 
-use super::percentile;
+use super::percentile::percentile;
 
 /// Lookups by one identifier over HTTP.
 #[derive(Debug, Args)]

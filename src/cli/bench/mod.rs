@@ -8,10 +8,9 @@
 
 mod gen;
 mod lookups;
+mod percentile;
 mod sim;
 mod writes;
-
-use std::time::Duration;
 
 use anyhow::Result;
 use clap::{Args, Subcommand};
@@ -54,10 +53,4 @@ pub async fn run(args: BenchArgs) -> Result<()> {
             anyhow::bail!("bench: name a benchmark (lookups, writes, sim, gen); see `table-catalog bench --help`")
         }
     }
-}
-
-/// The `p` quantile (0..=1, nearest rank) of sorted durations, in milliseconds; 0 when empty.
-fn percentile(sorted: &[Duration], p: f64) -> f64 {
-    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted.get(i).map_or(0.0, |d| d.as_secs_f64() * 1000.0)
 }

@@ -50,7 +50,7 @@ use table_catalog::store::{BatchOp, OpKind, Store, StoreResult};
 use table_catalog::store::{Call, Layer, LayeredStore, Returned};
 use table_catalog::store::{CountingStore, RequestCounts, RequestSnapshot};
 
-use super::percentile;
+use super::percentile::percentile;
 
 /// Scale-out on a simulated Azure account.
 #[derive(Debug, Args)]

@@ -14,7 +14,7 @@ use clap::Args;
 use rand::{Rng, SeedableRng};
 use serde_json::json;
 
-use super::percentile;
+use super::percentile::percentile;
 
 /// Write load over HTTP.
 #[derive(Debug, Args)]
