@@ -57,6 +57,7 @@ else
             "doc|$side|--doc"
         )
         pending=()
+        pids=()
         for part in "${parts[@]}"; do
             name="${part%%|*}"
             rest="${part#*|}"
@@ -66,6 +67,7 @@ else
                 TC_TEST_AZURE_CONNECTION="${rest%%|*}" cargo test --no-fail-fast ${rest#*|} >"$logs/$name.log" 2>&1 || s=$?
                 echo "$s" >"$logs/$name.rc"
             ) &
+            pids+=("$!")
             pending+=("$name")
         done
         # Print each part as it ends.
@@ -85,7 +87,8 @@ else
             pending=("${left[@]+"${left[@]}"}")
             [ "${#pending[@]}" -eq 0 ] || sleep 1
         done
-        wait
+        # The parts only: Azurite, started by this shell, is a background job too.
+        wait "${pids[@]}"
         echo "scripts/test.sh: every part ended after $((SECONDS - started)) s" >&2
     fi
 fi

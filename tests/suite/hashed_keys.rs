@@ -18,7 +18,7 @@ use table_catalog::query::Filter;
 use table_catalog::record::Record;
 use table_catalog::store::AzureStore;
 use table_catalog::store::CountingStore;
-use table_catalog::store::{Entity, Store, TableStore, Value};
+use table_catalog::store::{Entity, OpKind, Store, TableStore, Value};
 use table_catalog::testing::hashed::HashKey;
 use table_catalog::testing::schema::Schema;
 use table_catalog::testing::store::pager;
@@ -204,7 +204,11 @@ common::backend_tests! {
 }
 
 /// Storage requests of `writes` single upserts (logged, hints sent), of applying them, and of
-/// one lookup per record, on a fresh catalog.
+/// one lookup per record, on a fresh catalog. The lookups' count leaves out point reads: a
+/// lookup re-reads the schema row when this process's copy is older than
+/// `indexes::LOOKUP_SCHEMA_AGE` (5 s), which depends on how long the writes took (on a loaded
+/// machine one run counted 21 requests for 20 lookups), not on the keys; a lookup itself is
+/// queries only.
 async fn requests(backend: common::Backend, schema: Schema, writes: usize) -> [u64; 3] {
     let counting = Arc::new(CountingStore::new(common::store(backend)));
     let c = open(counting.clone(), &common::unique_name("hcost"), schema).await.unwrap();
@@ -221,7 +225,9 @@ async fn requests(backend: common::Backend, schema: Schema, writes: usize) -> [u
         assert_eq!(c.query_all(&Filter::new(vec![("ssn".into(), ssn(i))])).await.unwrap().len(), 1);
     }
     let read = at(&counting);
-    [logged.since(&start).total, applied.since(&logged).total, read.since(&applied).total]
+    let lookups = read.since(&applied);
+    let schema_reads = lookups.by_op.get(&OpKind::Get).map_or(0, |n| n.total);
+    [logged.since(&start).total, applied.since(&logged).total, lookups.total - schema_reads]
 }
 
 common::backend_tests! {
