@@ -8,7 +8,8 @@
 #     itself), then runs the parts side by side, each in its own `cargo test`: the three
 #     integration-test binaries (`suite`, `faults`, `randomized`: conformance and integration
 #     tests on the embedded store and on Azurite, the Functions contract harness, the package
-#     check) and the library's unit and doc tests. A part's output is printed whole when it
+#     check; `suite` in two parts, its 13 longest tests in one, the other 309 in the other)
+#     and the library's unit and doc tests. A part's output is printed whole when it
 #     ends (with its `test result:` lines), so parts never interleave;
 #   - stops Azurite at the end, whether the tests passed or not;
 #   - fails if any part failed, and if any test reported a skip: a test that lacks a
@@ -21,8 +22,8 @@
 #   scripts/test.sh ARGS...             one `cargo test --no-fail-fast ARGS...` instead (e.g.
 #                                       `--test suite -- hostile::`), with Azurite and the checks
 # Environment:
-#   TC_TEST_THREADS   test threads of the `suite` binary (default 4: its tests mostly wait on
-#                     Azurite, child processes and timers, so 4 keep a 2-core machine busy)
+#   TC_TEST_THREADS   test threads of each part of the `suite` binary (default 4: its tests
+#                     mostly wait on Azurite, child processes and timers)
 #   TC_TEST_PACKAGE   0 skips the package check (a release-like build of the Functions package)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -48,9 +49,16 @@ else
     cargo test --no-run 2>&1 | tee "$logs/build.log" || status=$?
     if [ "$status" -eq 0 ]; then
         echo "scripts/test.sh: built in $((SECONDS - started)) s; running the parts side by side" >&2
-        # name, its Azurite, then its cargo test arguments. The longest first.
+        # The suite's longest tests (1-5 minutes each on 2 cores), in a part of their own that
+        # starts with the others: run in name order among the rest, they made the run's tail.
+        long=(job_kill:: indexes::indexes_added_and_dropped python_compat::full_airports package::
+            functions_harness::airports_import read_your_writes::a_consistent_lookup_returns_every
+            multi_process_kill:: jobs::a_verify_job_counts)
+        skip_long="${long[*]/#/--skip }"
+        # name, its Azurite, then its cargo test arguments.
         parts=(
-            "suite|$TC_TEST_AZURE_CONNECTION|--test suite -- --test-threads $threads"
+            "suite|$TC_TEST_AZURE_CONNECTION|--test suite -- --test-threads $threads $skip_long"
+            "suite-long|$side|--test suite -- --test-threads $threads ${long[*]}"
             "randomized|$side|--test randomized"
             "faults|$side|--test faults"
             "unit|$side|--lib --bins"
