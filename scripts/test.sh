@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Runs every test of the project, on a fresh machine, with nothing installed by hand:
-#   - installs a pinned Azurite with npm into .azurite/ and starts it on loopback ports (two
-#     instances when it runs everything: one for the `suite` binary, one for the others, so
-#     their Azurite tests do not queue on one Node.js thread);
+#   - installs a pinned Azurite with npm into .azurite/ and starts it on loopback ports (three
+#     instances when it runs everything: one for the `suite` binary's tests, one for its
+#     longest tests, one for the other parts, so their Azurite tests do not queue on one
+#     Node.js thread);
 #   - builds every test target once (`cargo test --no-run`, with the `testing` feature: crash
 #     points, FaultStore; every `cargo test` has it through the crate's dev-dependency on
 #     itself), then runs the parts side by side, each in its own `cargo test`: the three
@@ -31,7 +32,11 @@ cd "$(dirname "$0")/.."
 # shellcheck source=scripts/azurite.sh
 source scripts/azurite.sh start >/dev/null
 logs="$(mktemp -d "${TMPDIR:-/tmp}/table-catalog-test.XXXXXX")"
-trap 'scripts/azurite.sh stop >/dev/null 2>&1 || true; AZURITE_INSTANCE=side scripts/azurite.sh stop >/dev/null 2>&1 || true' EXIT
+stop_all() {
+    local i
+    for i in "" side long; do AZURITE_INSTANCE="$i" scripts/azurite.sh stop >/dev/null 2>&1 || true; done
+}
+trap stop_all EXIT
 
 export TC_TEST_PACKAGE="${TC_TEST_PACKAGE:-1}"
 export RUST_BACKTRACE="${RUST_BACKTRACE:-1}"
@@ -43,9 +48,12 @@ if [ "$#" -gt 0 ]; then
     cargo test --no-fail-fast "$@" 2>&1 | tee "$logs/cargo.log" || status=$?
 else
     started=$SECONDS
-    # The second Azurite, for every part but `suite`.
-    side="$(AZURITE_INSTANCE=side bash scripts/azurite.sh start | sed -n 's/^TC_TEST_AZURE_CONNECTION=//p')"
-    [ -n "$side" ] || { echo "scripts/test.sh: the second Azurite did not start" >&2; exit 1; }
+    # Two more Azurite instances: `long` for the suite's longest tests, `side` for the rest.
+    azurite_of() {
+        AZURITE_INSTANCE="$1" bash scripts/azurite.sh start | sed -n 's/^TC_TEST_AZURE_CONNECTION=//p'
+    }
+    side="$(azurite_of side)" && long_cs="$(azurite_of long)"
+    [ -n "$side" ] && [ -n "$long_cs" ] || { echo "scripts/test.sh: an Azurite instance did not start" >&2; exit 1; }
     cargo test --no-run 2>&1 | tee "$logs/build.log" || status=$?
     if [ "$status" -eq 0 ]; then
         echo "scripts/test.sh: built in $((SECONDS - started)) s; running the parts side by side" >&2
@@ -58,7 +66,7 @@ else
         # name, its Azurite, then its cargo test arguments.
         parts=(
             "suite|$TC_TEST_AZURE_CONNECTION|--test suite -- --test-threads $threads $skip_long"
-            "suite-long|$side|--test suite -- --test-threads $threads ${long[*]}"
+            "suite-long|$long_cs|--test suite -- --test-threads $threads ${long[*]}"
             "randomized|$side|--test randomized"
             "faults|$side|--test faults"
             "unit|$side|--lib --bins"

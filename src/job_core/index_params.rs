@@ -5,9 +5,8 @@ use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::Value as Json;
 
 use super::segment::Segment;
-use super::typed::{params_of, stored};
+use super::typed::stored;
 use super::JobKind;
-use crate::error::Result;
 use crate::scan::{Step, SENTINEL};
 
 /// The parameter names of an index job.
@@ -15,7 +14,7 @@ pub(crate) const PARAMS: &[&str] = &["field", "version", "segment"];
 
 /// The parameters of an index job.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct IndexParams {
+pub(crate) struct IndexParams {
     /// The index field.
     pub field: String,
     /// The schema version of the change.
@@ -30,9 +29,11 @@ impl IndexParams {
         stored("params", &p).unwrap_or_default()
     }
 
-    /// Reads and checks the parameters ([`crate::Error::Invalid`] naming the parameter).
-    pub fn of(params: &Json) -> Result<IndexParams> {
-        let p: IndexJobParams = params_of(PARAMS, params)?;
+    /// Reads and checks the parameters ([`crate::Error::Invalid`] naming the parameter); the
+    /// job itself reads them through its typed `Params` (`crate::jobs::index`).
+    #[cfg(test)]
+    pub fn of(params: &Json) -> crate::error::Result<IndexParams> {
+        let p: IndexJobParams = super::typed::params_of(PARAMS, params)?;
         Ok(IndexParams { field: p.field, version: p.version })
     }
 }

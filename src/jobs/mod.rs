@@ -43,7 +43,6 @@ pub(crate) mod kinds;
 pub(crate) mod rebuild;
 pub(crate) mod trim;
 
-pub use crate::job_core::index_params::IndexParams;
 pub use crate::job_core::model::{Job, JobId, JobKind, JobState};
 pub use crate::job_core::runner::{JobRunner, StepResult};
 pub use crate::job_core::{JobPage, Jobs, WorkItem, VERSION};

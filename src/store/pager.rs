@@ -123,20 +123,6 @@ pub fn range_pages<'a, S: TableStore + ?Sized>(
     follow(move |token| async move { store.query_partitions(table, range, page_size, token.as_deref()).await })
 }
 
-/// The entities of a PartitionKey range query, in (PartitionKey, RowKey) order (see
-/// [`range_pages`]).
-// No caller in the crate since the pager stopped being public API (issue 29); kept beside
-// `range_pages`.
-#[allow(dead_code)]
-pub fn range_entities<'a, S: TableStore + ?Sized>(
-    store: &'a S,
-    table: &'a str,
-    range: &'a PartitionRange,
-    page_size: usize,
-) -> BoxStream<'a, StoreResult<Entity>> {
-    flatten(range_pages(store, table, range, page_size))
-}
-
 fn flatten<'a>(pages: impl Stream<Item = StoreResult<Page>> + Send + 'a) -> BoxStream<'a, StoreResult<Entity>> {
     pages.map_ok(|p| futures::stream::iter(p.entities.into_iter().map(Ok))).try_flatten().boxed()
 }

@@ -47,8 +47,9 @@ use crate::TURN;
 
 const SHARDS: u16 = 4;
 
-/// Longest wait for each step; only a broken applier reaches it.
-const DEADLINE: Duration = Duration::from_secs(60);
+/// Longest wait for each step; only a broken applier reaches it (180 s: an Azurite shared with
+/// other tests can be slow, and a passing test never waits for the bound).
+const DEADLINE: Duration = Duration::from_secs(180);
 
 async fn within<T>(what: &str, f: impl std::future::Future<Output = T>) -> T {
     tokio::time::timeout(DEADLINE, f).await.unwrap_or_else(|_| panic!("{what}: not within {DEADLINE:?}"))

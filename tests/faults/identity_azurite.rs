@@ -27,7 +27,7 @@ use tokio::process::{Child, Command};
 
 use common::identity::{Answer, FakeIdentity, HEADER};
 
-const DEADLINE: Duration = Duration::from_secs(60);
+const DEADLINE: Duration = Duration::from_secs(180);
 const CLIENT_ID: &str = "11111111-2222-3333-4444-555555555555";
 /// Token lifetime: short, so the run crosses several expiries.
 const TOKEN_SECS: i64 = 4;

@@ -108,17 +108,25 @@ fn appliers(cs: [Arc<Catalog>; 2], stop: Arc<AtomicBool>) -> tokio::task::JoinHa
     })
 }
 
-/// Waits (up to 5 minutes: Azurite shares its one thread with the writers) until index
-/// `field` is in state `want` (`None`: gone); fails showing the index and its job.
+/// Waits until index `field` is in state `want` (`None`: gone); fails showing the index and
+/// its job when its job makes no progress (steps done, counters) for 5 minutes (Azurite
+/// shares its one thread with the writers; a slow job is not a stuck one).
 async fn wait_state(c: &Catalog, field: &str, want: Option<IndexState>, label: &str) {
-    let started = std::time::Instant::now();
+    let mut progress = (String::new(), std::time::Instant::now());
     loop {
         let list = indexes::list(c).await.unwrap();
         let index = list.iter().find(|i| i.field == field);
         if index.map(|i| i.state) == want {
             return;
         }
-        assert!(started.elapsed() < Duration::from_secs(300), "{label}: {field} not {want:?} in 5 minutes: {index:?}");
+        let seen = format!("{:?}", index.map(|i| (i.state, i.version, i.progress.as_ref().map(|j| (j.steps_done, &j.counters)))));
+        if seen != progress.0 {
+            progress = (seen, std::time::Instant::now());
+        }
+        assert!(
+            progress.1.elapsed() < Duration::from_secs(300),
+            "{label}: {field} not {want:?}, no progress for 5 minutes: {index:?}"
+        );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }

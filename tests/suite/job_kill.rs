@@ -107,7 +107,16 @@ async fn job_under_kills(setup: &Setup, kind: &str, kills: usize, rng: &mut rand
     let mut killed_while_running = 0;
     for kill in 0..kills {
         tokio::time::sleep(Duration::from_millis(rng.gen_range(100..400))).await;
-        let state = get(&client, &format!("{}/api/jobs/{id}", served.base)).await;
+        // The job's state; a failed read (a busy Azurite answering 503) is read again, so that
+        // only a job that ended stops the kills.
+        let mut state = None;
+        for _ in 0..50 {
+            state = get(&client, &format!("{}/api/jobs/{id}", served.base)).await.filter(|s| s["state"].is_string());
+            if state.is_some() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
         if !state.as_ref().is_some_and(|s| s["state"] == "running") {
             break; // done already: the remaining kills would prove nothing
         }

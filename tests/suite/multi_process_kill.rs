@@ -146,14 +146,19 @@ async fn three_serve_processes_killed_one_at_a_time_lose_nothing_and_converge() 
     let catalog = Catalog::open(store.clone(), names.clone(), common::airports_schema(), CatalogOptions::default())
         .await
         .unwrap();
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
+    // Fails when nothing is applied for 120 s (a stuck shard), not when a long backlog on a
+    // busy Azurite takes longer (one such run had 73 entries left at 120 s).
+    let mut progress = (u64::MAX, tokio::time::Instant::now());
     loop {
         let st = catalog.status().await.unwrap();
         if st.pending == 0 {
             assert_eq!((st.dead, st.shards.len()), (0, 4), "seed {seed}: {st:?}");
             break;
         }
-        assert!(tokio::time::Instant::now() < deadline, "seed {seed}: still pending after 120 s: {st:?}");
+        if st.pending < progress.0 {
+            progress = (st.pending, tokio::time::Instant::now());
+        }
+        assert!(progress.1.elapsed() < Duration::from_secs(120), "seed {seed}: nothing applied for 120 s: {st:?}");
         let _ = catalog.recover().await;
         tokio::time::sleep(Duration::from_millis(200)).await;
     }

@@ -10,7 +10,7 @@ use serde_json::{json, Value};
 use tokio::process::Command;
 
 /// Longest wait for each state below; only a broken or hung server reaches it.
-const DEADLINE: Duration = Duration::from_secs(60);
+const DEADLINE: Duration = Duration::from_secs(180);
 
 #[tokio::test]
 async fn serve_applies_in_the_background_and_stops_cleanly_on_sigterm() {

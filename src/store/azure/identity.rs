@@ -48,10 +48,6 @@ pub use crate::settings::{IDENTITY_ENDPOINT, IDENTITY_HEADER};
 pub const PREFIX: &str = "AzureWebJobsStorage__";
 /// API version of the App Service managed-identity protocol.
 const API_VERSION: &str = "2019-08-01";
-/// Resource (audience) of Azure Storage tokens.
-// Not read in the crate; public (`store::azure::identity`) before issue 29.
-#[allow(dead_code)]
-pub const STORAGE_RESOURCE: &str = "https://storage.azure.com";
 /// Refresh a token when less than this is left (or half its lifetime, if shorter).
 pub const REFRESH_MARGIN: Duration = Duration::from_secs(300);
 /// A token is used until this much (or a quarter of its lifetime, if shorter) is left; then
