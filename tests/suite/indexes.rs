@@ -119,7 +119,10 @@ async fn wait_state(c: &Catalog, field: &str, want: Option<IndexState>, label: &
         if index.map(|i| i.state) == want {
             return;
         }
-        let seen = format!("{:?}", index.map(|i| (i.state, i.version, i.progress.as_ref().map(|j| (j.steps_done, &j.counters)))));
+        let seen = format!(
+            "{:?}",
+            index.map(|i| (i.state, i.version, i.progress.as_ref().map(|j| (j.steps_done, &j.counters))))
+        );
         if seen != progress.0 {
             progress = (seen, std::time::Instant::now());
         }
@@ -193,7 +196,10 @@ async fn drain(cs: &[Arc<Catalog>; 2]) {
         if pending < progress.0 {
             progress = (pending, std::time::Instant::now());
         }
-        assert!(progress.1.elapsed() < NO_PROGRESS, "the WAL to drain: {pending} pending, none applied for {NO_PROGRESS:?}");
+        assert!(
+            progress.1.elapsed() < NO_PROGRESS,
+            "the WAL to drain: {pending} pending, none applied for {NO_PROGRESS:?}"
+        );
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
 }
