@@ -105,19 +105,31 @@ async fn job_under_kills(setup: &Setup, kind: &str, kills: usize, rng: &mut rand
         client.post(format!("{}/api/jobs", served.base)).json(&body).send().await.unwrap().json().await.unwrap();
     let id = started["id"].as_str().unwrap_or_else(|| panic!("{started}")).to_string();
     let mut killed_while_running = 0;
+    let mut steps_at_kill = 0;
     for kill in 0..kills {
         tokio::time::sleep(Duration::from_millis(rng.gen_range(100..400))).await;
-        // The job's state; a failed read (a busy Azurite answering 503) is read again, so that
-        // only a job that ended stops the kills.
-        let mut state = None;
-        for _ in 0..50 {
-            state = get(&client, &format!("{}/api/jobs/{id}", served.base)).await.filter(|s| s["state"].is_string());
-            if state.is_some() {
-                break;
+        // The job's state, once it has done a step since the last kill (or ended): each kill
+        // then interrupts a job that moved. Without this, on a loaded machine every kill hit
+        // the same first work item, whose 11th delivery exceeded host.json's maxDequeueCount
+        // (10) and failed the job, as the Functions host would. A failed read (a busy Azurite
+        // answering 503) is read again.
+        let since = Instant::now();
+        let state = loop {
+            let s = get(&client, &format!("{}/api/jobs/{id}", served.base)).await.filter(|s| s["state"].is_string());
+            if let Some(s) = s {
+                let steps = s["steps_done"].as_u64().unwrap_or(0);
+                if s["state"] != "running" || steps > steps_at_kill {
+                    steps_at_kill = steps;
+                    break s;
+                }
             }
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
-        if !state.as_ref().is_some_and(|s| s["state"] == "running") {
+            assert!(
+                since.elapsed() < NO_PROGRESS,
+                "{kind} job {id}: no step done for {NO_PROGRESS:?} before kill {kill}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        };
+        if state["state"] != "running" {
             break; // done already: the remaining kills would prove nothing
         }
         killed_while_running += 1;
