@@ -7,7 +7,7 @@
 #   - runs every test target with one `cargo test` (with the `testing` feature: crash points,
 #     FaultStore; every `cargo test` has it through the crate's dev-dependency on itself);
 #     with TC_TEST_PARALLEL=1 it builds them once and then runs parts side by side instead
-#     (15.8-16.6 minutes on a 2-core machine, against 20.5 for the default before the package
+#     (15.8-22.2 minutes on a 2-core machine, against 20.5 for the default before the package
 #     check's profile change; but there a few Azurite tests still overrun their time bounds
 #     under the load; docs/BENCHMARKS.md), each in its own
 #     `cargo test`: the three
