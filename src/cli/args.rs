@@ -154,12 +154,8 @@ pub enum Command {
         /// Filters, e.g. icao=KJFK (all must match).
         #[arg(required = true)]
         filters: Vec<String>,
-        /// Smallest sort value.
-        #[arg(long)]
-        row_from: Option<String>,
-        /// Largest sort value.
-        #[arg(long)]
-        row_to: Option<String>,
+        #[command(flatten)]
+        range: RowRangeArgs,
         /// Most records to print (1 or more; read in pages of up to 1,000).
         #[arg(long, default_value_t = 1000)]
         limit: usize,
@@ -183,12 +179,8 @@ pub enum Command {
         /// Filters, e.g. iata=JFK, then the new record as a JSON object (the last argument).
         #[arg(required = true, num_args = 2.., value_names = ["FIELD=VALUE", "JSON"])]
         args: Vec<String>,
-        /// Smallest sort value.
-        #[arg(long)]
-        row_from: Option<String>,
-        /// Largest sort value.
-        #[arg(long)]
-        row_to: Option<String>,
+        #[command(flatten)]
+        range: RowRangeArgs,
     },
     /// Delete the records matching field=value filters and apply it (HTTP
     /// `DELETE /api/records?FILTERS`).
@@ -196,12 +188,8 @@ pub enum Command {
         /// Filters, e.g. iata=JFK.
         #[arg(required = true)]
         filters: Vec<String>,
-        /// Smallest sort value.
-        #[arg(long)]
-        row_from: Option<String>,
-        /// Largest sort value.
-        #[arg(long)]
-        row_to: Option<String>,
+        #[command(flatten)]
+        range: RowRangeArgs,
     },
     /// Apply every pending WAL entry now.
     Recover,
@@ -343,4 +331,16 @@ impl CatalogArgs {
         };
         c
     }
+}
+
+/// The sort-value range of a filter (`--row-from`, `--row-to`), shared by `query`, `replace`
+/// and `delete`.
+#[derive(Debug, Args)]
+pub struct RowRangeArgs {
+    /// Smallest sort value.
+    #[arg(long)]
+    pub row_from: Option<String>,
+    /// Largest sort value.
+    #[arg(long)]
+    pub row_to: Option<String>,
 }

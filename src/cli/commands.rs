@@ -87,8 +87,8 @@ pub async fn run(cli: Cli) -> Result<ExitCode> {
                 return Ok(ExitCode::FAILURE);
             }
         }
-        Command::Query { filters, row_from, row_to, limit, allow_partial } => {
-            let filter = parse_filters(&filters)?.range(row_from, row_to).allow_partial(allow_partial);
+        Command::Query { filters, range, limit, allow_partial } => {
+            let filter = parse_filters(&filters)?.range(range.row_from, range.row_to).allow_partial(allow_partial);
             let mut token: Option<String> = None;
             let mut printed = 0;
             // The first page is always asked for, so the catalog checks the limit (0 gets the
@@ -113,16 +113,16 @@ pub async fn run(cli: Cli) -> Result<ExitCode> {
             let w = if upsert { catalog.upsert(record, true).await? } else { catalog.insert(record, true).await? };
             println!("{}", serde_json::to_string(&w)?);
         }
-        Command::Replace { args, row_from, row_to } => {
+        Command::Replace { args, range } => {
             let Some((json, filters)) = args.split_last() else {
                 bail!("replace: give FIELD=VALUE filters, then the record")
             };
             let record = parse_record(json)?;
-            let w = catalog.replace(parse_filters(filters)?.range(row_from, row_to), record, true).await?;
+            let w = catalog.replace(parse_filters(filters)?.range(range.row_from, range.row_to), record, true).await?;
             println!("{}", serde_json::to_string(&w)?);
         }
-        Command::Delete { filters, row_from, row_to } => {
-            let w = catalog.delete(parse_filters(&filters)?.range(row_from, row_to), true).await?;
+        Command::Delete { filters, range } => {
+            let w = catalog.delete(parse_filters(&filters)?.range(range.row_from, range.row_to), true).await?;
             println!("{}", serde_json::to_string(&w)?);
         }
         Command::Recover => match catalog.recover().await? {
