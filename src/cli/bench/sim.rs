@@ -296,14 +296,18 @@ fn wal_traffic(traffic: &Traffic, seconds: f64) -> String {
     let per_s = |n: u64| n as f64 / seconds.max(1e-9);
     let total = |p: &BTreeMap<(&str, &str), (u64, u64)>| p.values().map(|c| c.1).sum::<u64>();
     let mut out = Vec::new();
-    if let Some(meta) = traffic.get("metadata") {
-        let mut kinds: Vec<(String, u64)> = meta.iter().map(|((kind, op), c)| (format!("{kind} {op}"), c.1)).collect();
+    let detailed = |name: &str, p: &BTreeMap<(&str, &str), (u64, u64)>| {
+        let mut kinds: Vec<(String, u64)> = p.iter().map(|((kind, op), c)| (format!("{kind} {op}"), c.1)).collect();
         kinds.sort_by_key(|k| std::cmp::Reverse(k.1));
         let detail: Vec<String> = kinds.iter().take(5).map(|(k, n)| format!("{k} {:.0}", per_s(*n))).collect();
-        out.push(format!("metadata {:.0} entities/s ({})", per_s(total(meta)), detail.join(", ")));
+        format!("{name} {:.0} entities/s ({})", per_s(total(p)), detail.join(", "))
+    };
+    if let Some(meta) = traffic.get("metadata") {
+        out.push(detailed("metadata", meta));
     }
     if let Some(clock) = traffic.get(table_catalog::cli_support::wal::clock::CLOCK) {
-        out.push(format!("clock {:.0} entities/s", per_s(total(clock))));
+        out.push(detailed("clock", clock));
+        out.push(format!("TMP at_least reads {} pubs {}", table_catalog::cli_support::wal::clock::TMP_READS.load(std::sync::atomic::Ordering::Relaxed), table_catalog::cli_support::wal::clock::TMP_PUBS.load(std::sync::atomic::Ordering::Relaxed)));
     }
     let shards: Vec<(&String, u64)> =
         traffic.iter().filter(|(pk, _)| ShardId::from_partition(pk).is_some()).map(|(pk, p)| (pk, total(p))).collect();
