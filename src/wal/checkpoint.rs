@@ -1,20 +1,41 @@
-//! Checkpoints: the last applied WAL id of each shard (`metadata/checkpoint` for shard 0, as
-//! the reference; `metadata/checkpoint-{partition}` for the others), property `datetime`.
+//! Checkpoints: the last applied WAL id of each shard, property `datetime`. Shard 0's row is
+//! `metadata/checkpoint`, as the reference; every other shard's is `checkpoint` in its own
+//! partition ([`ShardId::checkpoint_home`]), so checkpoint traffic spreads with the shards.
 //!
 //! The applier advances a shard's checkpoint before it removes the applied entries, so an
 //! entry that is no longer pending is always at or below its shard's checkpoint: that is
 //! how `wal_state` tells applied from unknown.
+//!
+//! **Catalogs from before the move** keep shard k's checkpoint in
+//! `metadata/checkpoint-wal-{k:02}` ([`ShardId::legacy_checkpoint_row`]). Reading falls back
+//! to that row while the shard's own row does not exist, and the first advance by a process
+//! that has not seen the shard's own row folds the legacy value in (the new row starts at
+//! the larger of the two), so a checkpoint never reads lower across the upgrade and "no
+//! longer pending means at or below the checkpoint" keeps holding. The legacy row is left in
+//! place (one small row per shard).
 
+use super::max_row;
 use super::{ShardId, Wal, WalId, METADATA};
 use crate::error::Result;
 
 impl Wal {
-    /// The last applied id recorded in `shard`'s checkpoint row.
+    /// The last applied id recorded in `shard`'s checkpoint row (its legacy row in
+    /// `metadata` when the shard's own row does not exist yet). One read, two for a catalog
+    /// from before the move whose shard has not advanced since.
     pub async fn checkpoint(&self, shard: ShardId) -> Result<Option<WalId>> {
-        let stored =
-            super::max_row::read(self.store.as_ref(), &self.table, METADATA, &shard.checkpoint_row(), "datetime")
-                .await?;
+        let (pk, rk) = shard.checkpoint_home();
+        let stored = match max_row::read(self.store.as_ref(), &self.table, &pk, &rk, "datetime").await? {
+            Some(v) => Some(v),
+            None => self.legacy_checkpoint(shard).await?,
+        };
         Ok(stored.map(WalId::from_stored))
+    }
+
+    async fn legacy_checkpoint(&self, shard: ShardId) -> Result<Option<String>> {
+        match shard.legacy_checkpoint_row() {
+            Some(rk) => max_row::read(self.store.as_ref(), &self.table, METADATA, &rk, "datetime").await,
+            None => Ok(None),
+        }
     }
 
     /// The largest checkpoint over every shard (reads one row per shard, concurrently).
@@ -25,17 +46,20 @@ impl Wal {
     }
 
     /// Moves `shard`'s checkpoint forward to `id` (never backwards; a concurrent applier's
-    /// move is retried: [`super::max_row::raise`]).
+    /// move is retried: [`max_row::raise`]). The first move by a process that has not seen
+    /// the shard's own row yet also reads it and, when it does not exist, the legacy row, and
+    /// starts the new row at the larger value (see the module docs).
     pub async fn advance_checkpoint(&self, shard: ShardId, id: &WalId) -> Result<()> {
-        super::max_row::raise(
-            self.store.as_ref(),
-            &self.known,
-            &self.table,
-            METADATA,
-            &shard.checkpoint_row(),
-            "datetime",
-            id.as_str(),
-        )
-        .await
+        let (pk, rk) = shard.checkpoint_home();
+        let mut value = id.as_str().to_string();
+        if shard.legacy_checkpoint_row().is_some() && !self.known.holds(&pk, &rk) {
+            let own = max_row::read(self.store.as_ref(), &self.table, &pk, &rk, "datetime").await?;
+            if own.is_none() {
+                if let Some(legacy) = self.legacy_checkpoint(shard).await? {
+                    value = value.max(legacy);
+                }
+            }
+        }
+        max_row::raise(self.store.as_ref(), &self.known, &self.table, &pk, &rk, "datetime", &value).await
     }
 }

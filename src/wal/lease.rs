@@ -1,6 +1,12 @@
-//! The applier lease: one row per shard (`metadata/lease-{partition}`) with an owner and an expiry, taken
-//! and renewed with ETag compare-and-swap, so at most one applier works on a shard at a
-//! time while the lease holds.
+//! The applier lease: one row per shard with an owner and an expiry, taken and renewed with
+//! ETag compare-and-swap, so at most one applier works on a shard at a time while the lease
+//! holds. Shard 0's row is `metadata/lease-wal`; every other shard's is `lease` in its own
+//! partition ([`ShardId::lease_home`]), so the appliers' lease traffic (a read and a
+//! conditional replace per take, one per release, a replace per renewal) spreads with the
+//! shards instead of concentrating on `metadata`. A catalog from before the move may still
+//! hold released `metadata/lease-wal-{k:02}` rows: nothing reads them. (A process of an
+//! older version takes those rows, not these: stop old processes before new ones apply, as
+//! a deployment does.)
 //!
 //! **Schema versions** ([`crate::indexes`]). A lease row also says which schema version its
 //! holder applies with (`sv`), and which version a schema change wants every holder to reach
@@ -20,7 +26,7 @@ use std::time::Duration;
 
 use crate::env::Instant;
 
-use super::{ShardId, Wal, METADATA};
+use super::{ShardId, Wal};
 use crate::error::Result;
 use crate::store::{ETag, Entity, IfMatch, StoreError, Value};
 
@@ -105,7 +111,8 @@ fn wall_ms() -> i64 {
 
 impl Wal {
     fn lease_entity(&self, shard: ShardId, expires_ms: i64, wanted: u64) -> Entity {
-        let mut e = Entity::new(METADATA, shard.lease_row())
+        let (pk, rk) = shard.lease_home();
+        let mut e = Entity::new(pk, rk)
             .with("owner", Value::String(self.owner.clone()))
             .with("expires", Value::Int64(expires_ms));
         let sv = self.schema_version();
@@ -120,14 +127,16 @@ impl Wal {
 
     /// The lease row of `shard`, if any (one read).
     pub async fn lease_row(&self, shard: ShardId) -> Result<Option<LeaseRow>> {
-        Ok(self.store.get(&self.table, METADATA, &shard.lease_row()).await?.as_ref().map(LeaseRow::of))
+        let (pk, rk) = shard.lease_home();
+        Ok(self.store.get(&self.table, &pk, &rk).await?.as_ref().map(LeaseRow::of))
     }
 
     /// Asks the holder of `shard`'s lease to move to schema `version`: raises the row's
     /// `want_sv` under its ETag, keeping owner and expiry (see the module docs). `Ok(false)`
     /// when the row changed since `row` was read (read it again).
     pub async fn want_schema(&self, shard: ShardId, row: &LeaseRow, version: u64) -> Result<bool> {
-        let e = Entity::new(METADATA, shard.lease_row())
+        let (pk, rk) = shard.lease_home();
+        let e = Entity::new(pk, rk)
             .with("owner", Value::String(row.owner.clone()))
             .with("expires", Value::Int64(row.expires_ms))
             .with("sv", Value::Int64(row.schema_version as i64))
@@ -145,7 +154,8 @@ impl Wal {
     pub async fn acquire_lease(&self, shard: ShardId) -> Result<Option<Lease>> {
         let dur = self.opts.lease_duration;
         let started = crate::env::now();
-        let cur = self.store.get(&self.table, METADATA, &shard.lease_row()).await?;
+        let (pk, rk) = shard.lease_home();
+        let cur = self.store.get(&self.table, &pk, &rk).await?;
         let wanted = cur.as_ref().map_or(0, |c| {
             let row = LeaseRow::of(c);
             row.wanted.max(row.schema_version)

@@ -5,12 +5,15 @@
 //! - `wal`, `wal-01`.. / [`WalId`]: pending entries ([`entry`]) of each shard ([`shard`]).
 //!   An entry is removed once applied.
 //! - `wal` / `intent:{message}`: marks a queue intent as logged (see [`Wal::append_intent`]).
-//! - `metadata` / `checkpoint`, `checkpoint-wal-01`..: the last applied WAL id of each shard,
-//!   property `datetime` (as the reference) ([`checkpoint`]).
+//! - `metadata` / `checkpoint`, and `wal-01`.. / `checkpoint`: the last applied WAL id of
+//!   each shard, property `datetime` (shard 0's as the reference) ([`checkpoint`]).
+//!   Catalogs from before keep `metadata` / `checkpoint-wal-01`.. rows, read as a floor.
 //! - `clock` / `{inverted last}-{owner}`: the highest id timestamp each process published,
 //!   largest first ([`clock`]). Catalogs from before keep `metadata` / `clock-*` rows, read
 //!   once per process and pruned by the sweeper.
-//! - `metadata` / `lease-wal`, `lease-wal-01`..: the applier lease of each shard ([`lease`]).
+//! - `metadata` / `lease-wal`, and `wal-01`.. / `lease`: the applier lease of each shard
+//!   ([`lease`]).
+//! - `wal`, `wal-01`.. / `seal`: each shard's seal ([`seal`]).
 //! - `metadata` / `shards`: the shard count ([`shard`]).
 //! - `metadata` / `schema`: the catalog schema, stored on first use.
 //! - `tombstones` / `{WalId}_{hash}`: tombstones written by deletes, for the sweeper.

@@ -92,20 +92,44 @@ impl ShardId {
         digits.parse().ok().and_then(ShardId::new).filter(|s| s.0 > 0)
     }
 
-    /// RowKey of this shard's checkpoint row (`checkpoint` for shard 0, as the reference).
-    pub fn checkpoint_row(self) -> String {
+    /// Where this shard's checkpoint row lives, (PartitionKey, RowKey): `metadata/checkpoint`
+    /// for shard 0 (the reference's row), `{partition}/checkpoint` in the shard's own
+    /// partition otherwise, so checkpoint traffic spreads with the shards instead of
+    /// concentrating on `metadata` (issue 30: with 64 shards the `metadata` partition held
+    /// every lease and checkpoint and throttled at 32 instances).
+    pub fn checkpoint_home(self) -> (String, String) {
         if self.0 == 0 {
-            "checkpoint".into()
+            (METADATA.into(), CHECKPOINT_ROW.into())
         } else {
-            format!("checkpoint-{}", self.partition())
+            (self.partition(), CHECKPOINT_ROW.into())
         }
     }
 
-    /// RowKey of this shard's lease row.
-    pub fn lease_row(self) -> String {
-        format!("lease-{}", self.partition())
+    /// RowKey of this shard's checkpoint row in `metadata` before it moved to the shard's
+    /// partition (`checkpoint-{partition}`), read as a floor by a catalog written before the
+    /// move ([`crate::wal::Wal::checkpoint`]). `None` for shard 0, whose row never moved.
+    pub fn legacy_checkpoint_row(self) -> Option<String> {
+        (self.0 > 0).then(|| format!("{CHECKPOINT_ROW}-{}", self.partition()))
+    }
+
+    /// Where this shard's lease row lives, (PartitionKey, RowKey): `metadata/lease-wal` for
+    /// shard 0 (as before shards existed), `{partition}/lease` in the shard's own partition
+    /// otherwise (see [`ShardId::checkpoint_home`]).
+    pub fn lease_home(self) -> (String, String) {
+        if self.0 == 0 {
+            (METADATA.into(), format!("{LEASE_ROW}-{}", self.partition()))
+        } else {
+            (self.partition(), LEASE_ROW.into())
+        }
     }
 }
+
+/// RowKey of a shard's checkpoint row (shard 0's in `metadata`, the others' in their own
+/// partition). Sorts after every pending entry ([`super::PENDING_BEFORE`]).
+pub const CHECKPOINT_ROW: &str = "checkpoint";
+/// RowKey of a shard's lease row in its own partition (shard 0's is `lease-wal` in
+/// `metadata`). Sorts after every pending entry ([`super::PENDING_BEFORE`]).
+pub const LEASE_ROW: &str = "lease";
 
 impl fmt::Display for ShardId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -167,14 +191,20 @@ mod tests {
     #[test]
     fn partitions_round_trip_and_shard_zero_is_the_legacy_partition() {
         assert_eq!(ShardId::ZERO.partition(), "wal");
-        assert_eq!(ShardId::ZERO.checkpoint_row(), "checkpoint");
-        assert_eq!(ShardId::ZERO.lease_row(), "lease-wal");
+        assert_eq!(ShardId::ZERO.checkpoint_home(), ("metadata".to_string(), "checkpoint".to_string()));
+        assert_eq!(ShardId::ZERO.lease_home(), ("metadata".to_string(), "lease-wal".to_string()));
+        assert_eq!(ShardId::ZERO.legacy_checkpoint_row(), None);
         for k in 0..MAX_SHARDS {
             let s = ShardId::new(k).unwrap();
             assert_eq!(ShardId::from_partition(&s.partition()), Some(s));
         }
         assert_eq!(ShardId::new(3).unwrap().partition(), "wal-03");
-        assert_eq!(ShardId::new(3).unwrap().checkpoint_row(), "checkpoint-wal-03");
+        let three = ShardId::new(3).unwrap();
+        assert_eq!(three.checkpoint_home(), ("wal-03".to_string(), "checkpoint".to_string()));
+        assert_eq!(three.lease_home(), ("wal-03".to_string(), "lease".to_string()));
+        assert_eq!(three.legacy_checkpoint_row().as_deref(), Some("checkpoint-wal-03"));
+        // Both rows of a shard partition sort after its pending entries.
+        assert!(CHECKPOINT_ROW > super::super::PENDING_BEFORE && LEASE_ROW > super::super::PENDING_BEFORE);
         for bad in ["wal-", "wal-3", "wal-00", "wal-64", "wal-x1", "dead", "wal-1a", "wal-+1"] {
             assert_eq!(ShardId::from_partition(bad), None, "{bad}");
         }

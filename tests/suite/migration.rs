@@ -254,3 +254,46 @@ async fn catalogs_written_by_the_build_of_f9c09a6_open_verify_and_take_writes() 
         assert!(report.ok(), "{fixture} after writes: {:?}", report.findings);
     }
 }
+
+/// Issue 30, item 2 (leases and checkpoints per shard): shard k ≥ 1 keeps its lease and
+/// checkpoint rows in its own partition, not in `metadata`; a catalog from before the move,
+/// whose checkpoint of shard k is `metadata/checkpoint-wal-{k:02}`, reads it while the new
+/// row is missing, and the first advance starts the new row at the larger of the two, so
+/// the checkpoint never reads lower across the upgrade (an entry that is no longer pending
+/// stays at or below it).
+async fn a_legacy_checkpoint_is_a_floor_and_shards_keep_their_rows_in_their_partition(backend: common::Backend) {
+    use table_catalog::store::{Entity, Value};
+    let store = common::store(backend);
+    let names = Names::new(&common::unique_name("floor"), None, None).unwrap();
+    let c = open(&store, &names, 4).await;
+    let one = ShardId::new(1).unwrap();
+    let legacy = "2999-01-01T00:00:00.000000_00000000-0000-0000-0000-000000000000";
+    let row = Entity::new("metadata", "checkpoint-wal-01").with("datetime", Value::String(legacy.into()));
+    store.insert(&names.wal_table, &row).await.unwrap();
+    assert_eq!(c.wal().checkpoint(one).await.unwrap().map(|w| w.as_str().to_string()).as_deref(), Some(legacy));
+
+    // An upsert in shard 1, applied: its id is below the legacy value, which stays.
+    let r = rec_in("floor", "x", 1, |s| s == one);
+    let id = c.upsert(r, true).await.unwrap().id;
+    let own = store.get(&names.wal_table, "wal-01", "checkpoint").await.unwrap().expect("shard 1's own checkpoint row");
+    assert_eq!(own.str("datetime"), Some(legacy), "the first advance folds the legacy value in");
+    // Below the checkpoint, neither pending nor dead: applied.
+    assert_eq!(c.wal_state(id.as_str()).await.unwrap(), WalState::Unknown, "{id}");
+
+    // The lease of shard 1 is `wal-01/lease`; `metadata` holds no lease or checkpoint of it.
+    assert!(store.get(&names.wal_table, "wal-01", "lease").await.unwrap().is_some());
+    assert!(store.get(&names.wal_table, "metadata", "lease-wal-01").await.unwrap().is_none());
+    // Shard 0 keeps the reference's rows.
+    let zero_rec = rec_in("zero", "x", 1, |s| s == ShardId::ZERO);
+    c.upsert(zero_rec, true).await.unwrap();
+    assert!(store.get(&names.wal_table, "metadata", "checkpoint").await.unwrap().is_some());
+    assert!(store.get(&names.wal_table, "metadata", "lease-wal").await.unwrap().is_some());
+    assert!(store.get(&names.wal_table, "wal", "checkpoint").await.unwrap().is_none());
+}
+
+common::backend_tests! {
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_legacy_checkpoint_is_a_floor_and_shards_keep_their_rows_in_their_partition(backend) {
+        a_legacy_checkpoint_is_a_floor_and_shards_keep_their_rows_in_their_partition(backend).await;
+    }
+}

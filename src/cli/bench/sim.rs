@@ -204,7 +204,7 @@ fn row_kind(row_key: Option<&str>) -> &'static str {
     match row_key {
         None => "(query)",
         Some(rk) if rk.starts_with("clock-") => "clock",
-        Some(rk) if rk.starts_with("lease-") => "lease",
+        Some(rk) if rk.starts_with("lease") => "lease",
         Some(rk) if rk.starts_with("checkpoint") => "checkpoint",
         Some(rk) if rk < PENDING_BEFORE => "entry",
         Some(_) => "other",
@@ -307,7 +307,6 @@ fn wal_traffic(traffic: &Traffic, seconds: f64) -> String {
     }
     if let Some(clock) = traffic.get(table_catalog::cli_support::wal::clock::CLOCK) {
         out.push(detailed("clock", clock));
-        out.push(format!("TMP at_least reads {} pubs {}", table_catalog::cli_support::wal::clock::TMP_READS.load(std::sync::atomic::Ordering::Relaxed), table_catalog::cli_support::wal::clock::TMP_PUBS.load(std::sync::atomic::Ordering::Relaxed)));
     }
     let shards: Vec<(&String, u64)> =
         traffic.iter().filter(|(pk, _)| ShardId::from_partition(pk).is_some()).map(|(pk, p)| (pk, total(p))).collect();
