@@ -12,7 +12,7 @@
 //! that has not seen the shard's own row folds the legacy value in (the new row starts at
 //! the larger of the two), so a checkpoint never reads lower across the upgrade and "no
 //! longer pending means at or below the checkpoint" keeps holding. The legacy row is left in
-//! place (one small row per shard).
+//! place (one small row per shard), and each process reads it once per shard.
 
 use super::max_row;
 use super::{ShardId, Wal, WalId, METADATA};
@@ -31,11 +31,19 @@ impl Wal {
         Ok(stored.map(WalId::from_stored))
     }
 
+    /// The legacy checkpoint of `shard`: read once per process, then remembered (only a
+    /// process of an older version writes that row, and those stop before new ones apply),
+    /// so a catalog created after the move pays one read per shard and process, not one per
+    /// checkpoint read.
     async fn legacy_checkpoint(&self, shard: ShardId) -> Result<Option<String>> {
-        match shard.legacy_checkpoint_row() {
-            Some(rk) => max_row::read(self.store.as_ref(), &self.table, METADATA, &rk, "datetime").await,
-            None => Ok(None),
+        let Some(rk) = shard.legacy_checkpoint_row() else { return Ok(None) };
+        let cached = |wal: &Wal| wal.legacy_checkpoints.lock().unwrap_or_else(|p| p.into_inner()).get(&shard).cloned();
+        if let Some(seen) = cached(self) {
+            return Ok(seen);
         }
+        let read = max_row::read(self.store.as_ref(), &self.table, METADATA, &rk, "datetime").await?;
+        self.legacy_checkpoints.lock().unwrap_or_else(|p| p.into_inner()).insert(shard, read.clone());
+        Ok(read)
     }
 
     /// The largest checkpoint over every shard (reads one row per shard, concurrently).

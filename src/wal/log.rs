@@ -56,6 +56,10 @@ pub struct Wal {
     schema_version: AtomicU64,
     /// What this process last saw of the checkpoint and seal rows ([`max_row::Known`]).
     pub(crate) known: max_row::Known,
+    /// The legacy checkpoint row of each shard as this process read it once
+    /// (`crate::wal::checkpoint`): only processes of older versions write those rows, and
+    /// they stop before new ones apply.
+    pub(crate) legacy_checkpoints: std::sync::Mutex<std::collections::HashMap<ShardId, Option<String>>>,
 }
 
 impl std::fmt::Debug for Wal {
@@ -83,6 +87,7 @@ impl Wal {
             shards,
             schema_version: AtomicU64::new(0),
             known: max_row::Known::default(),
+            legacy_checkpoints: std::sync::Mutex::default(),
         }
     }
 
