@@ -45,20 +45,27 @@ pub enum Backend {
 /// ([`skip::azurite`]) and returns. So a failure on one backend does not hide the other's
 /// result, and the two run in parallel; a filter on `name` selects both. The module sees
 /// the file's items and imports (`use super::*`). Several tests may go in one invocation.
+/// `#[azurite_ignore = "why"]` marks the Azurite test only `#[ignore]`: a check whose
+/// embedded variant runs in CI and whose Azurite variant is one of the long checks run by
+/// `scripts/test.sh --test suite -- --ignored` (README, "Long checks").
 #[macro_export]
 macro_rules! backend_tests {
     () => {};
-    // Doc comments and `cfg` go on the module, other attributes on each test.
-    (@test [$($m:tt)*] [$($t:tt)*] #[doc $($a:tt)*] $($rest:tt)*) => {
-        $crate::backend_tests!(@test [$($m)* #[doc $($a)*]] [$($t)*] $($rest)*);
+    // Doc comments and `cfg` go on the module, `azurite_ignore` on the Azurite test only,
+    // other attributes on each test.
+    (@test [$($m:tt)*] [$($t:tt)*] [$($z:tt)*] #[doc $($a:tt)*] $($rest:tt)*) => {
+        $crate::backend_tests!(@test [$($m)* #[doc $($a)*]] [$($t)*] [$($z)*] $($rest)*);
     };
-    (@test [$($m:tt)*] [$($t:tt)*] #[cfg $($a:tt)*] $($rest:tt)*) => {
-        $crate::backend_tests!(@test [$($m)* #[cfg $($a)*]] [$($t)*] $($rest)*);
+    (@test [$($m:tt)*] [$($t:tt)*] [$($z:tt)*] #[cfg $($a:tt)*] $($rest:tt)*) => {
+        $crate::backend_tests!(@test [$($m)* #[cfg $($a)*]] [$($t)*] [$($z)*] $($rest)*);
     };
-    (@test [$($m:tt)*] [$($t:tt)*] #[$($a:tt)*] $($rest:tt)*) => {
-        $crate::backend_tests!(@test [$($m)*] [$($t)* #[$($a)*]] $($rest)*);
+    (@test [$($m:tt)*] [$($t:tt)*] [$($z:tt)*] #[azurite_ignore = $why:literal] $($rest:tt)*) => {
+        $crate::backend_tests!(@test [$($m)*] [$($t)*] [$($z)* #[ignore = $why]] $($rest)*);
     };
-    (@test [$($m:tt)*] [$($t:tt)*] async fn $name:ident($backend:ident) $body:block $($rest:tt)*) => {
+    (@test [$($m:tt)*] [$($t:tt)*] [$($z:tt)*] #[$($a:tt)*] $($rest:tt)*) => {
+        $crate::backend_tests!(@test [$($m)*] [$($t)* #[$($a)*]] [$($z)*] $($rest)*);
+    };
+    (@test [$($m:tt)*] [$($t:tt)*] [$($z:tt)*] async fn $name:ident($backend:ident) $body:block $($rest:tt)*) => {
         $($m)*
         mod $name {
             #[allow(unused_imports)]
@@ -72,6 +79,7 @@ macro_rules! backend_tests {
             }
 
             $($t)*
+            $($z)*
             async fn azurite() {
                 if $crate::common::skip::azurite(&$crate::common::skip::current_test()).is_none() {
                     return;
@@ -82,7 +90,7 @@ macro_rules! backend_tests {
         $crate::backend_tests!($($rest)*);
     };
     ($($rest:tt)+) => {
-        $crate::backend_tests!(@test [] [] $($rest)+);
+        $crate::backend_tests!(@test [] [] [] $($rest)+);
     };
 }
 // Unused in tests/randomized, which has no per-backend tests.

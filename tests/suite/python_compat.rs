@@ -689,6 +689,7 @@ fn binary_import_keys_match_the_spec_by_an_independent_client() {
 /// 48,978 rows), then `table-catalog verify` exits 0. Takes 1.5-3 minutes in a debug build
 /// on 2 cores (see the report printed at the end).
 #[test]
+#[ignore = "long check (2.5 minutes on 2 cores): CI checks the import's keys on a sample with an independent client (binary_import_keys_match_the_spec_by_an_independent_client); scripts/test.sh --test suite -- --ignored"]
 fn full_airports_import_on_azurite_matches_the_spec() {
     let cs = azurite_or_skip!("full_airports_import_on_azurite_matches_the_spec");
     let started = Instant::now();
