@@ -163,8 +163,14 @@ try_mutant() {
     logdir="$target/logs/$name"
     rm -rf "$logdir" && mkdir -p "$logdir"
     copy_tree
-    if ! (cd "$scratch" && git apply --whitespace=nowarn "$patch") >"$logdir/apply.log" 2>&1; then
-        echo "mutant $name: ERROR: the patch does not apply ($logdir/apply.log)"
+    # The scratch copy may lie inside this repository (the default, under target/): git would
+    # then take it for a subdirectory of the repository and silently skip every path of the
+    # patch (they are relative to the root). GIT_CEILING_DIRECTORIES keeps git from finding
+    # the repository, so the patch applies to the copy as a plain patch; and a patch that
+    # applied nothing is an error, never a mutant that "survived".
+    if ! (cd "$scratch" && GIT_CEILING_DIRECTORIES="$(dirname "$scratch")" git apply -v --whitespace=nowarn "$patch") >"$logdir/apply.log" 2>&1 ||
+        grep -q '^Skipped patch' "$logdir/apply.log" || ! grep -q '^Applied patch' "$logdir/apply.log"; then
+        echo "mutant $name: ERROR: the patch does not apply to the copy ($logdir/apply.log)"
         return 2
     fi
     local -a run=()
@@ -236,7 +242,10 @@ baseline() {
         run+=("$t")
         targets+=($(target_arg "${t%%:*}"))
     done < <(for p in "$mutants_dir"/*.patch; do recorded_tests "$p"; done | sort -u)
-    run_in_scratch "build" "$cargo test --features $features --no-run ${targets[*]}" "$logdir/build.log" ||
+    # Each target once (`--test suite` and `--lib` are named by many recorded tests).
+    local -a unique=()
+    mapfile -t unique < <(for t in "${run[@]}"; do target_arg "${t%%:*}"; done | sort -u)
+    run_in_scratch "build" "$cargo test --features $features --no-run ${unique[*]}" "$logdir/build.log" ||
         die "the unmutated copy does not build ($logdir/build.log)"
     for t in "${run[@]}"; do
         tgt="${t%%:*}"
