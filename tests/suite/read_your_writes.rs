@@ -36,7 +36,10 @@ struct Tally {
 async fn run(bases: Arc<Vec<String>>, trials: u64, consistent: bool, tag: &str) -> Arc<Tally> {
     let tally = Arc::new(Tally::default());
     let next = Arc::new(AtomicU64::new(0));
-    let client = reqwest::Client::builder().timeout(Duration::from_secs(60)).build().unwrap();
+    // A generous bound per request: a consistent read stops applying at a group boundary past
+    // its 2 s deadline, but a group's requests to an Azurite saturated by the tests beside this
+    // one took over 60 s once (TC_TEST_PARALLEL=1 on 2 cores).
+    let client = reqwest::Client::builder().timeout(Duration::from_secs(180)).build().unwrap();
     let mut tasks = Vec::new();
     for w in 0..WORKERS {
         let (bases, tally, next, client, tag) =
