@@ -12,7 +12,7 @@
 #   - with TC_TEST_PARALLEL=1 it builds them once and runs the parts side by side instead,
 #     each in its own `cargo test` (`suite` in two parts, its longest tests in one), on three
 #     Azurite instances; a part's output is printed whole when it ends. 12.1 and 12.5 minutes
-#     on a clean clone (2 cores), against 19-20 for the default, but each of its runs so far
+#     on a clean clone (2 cores), against 15.1 for the default, but each of its runs so far
 #     had one Azurite test fail on a time bound under the load (docs/BENCHMARKS.md), so it is
 #     not the default;
 #   - stops Azurite at the end, whether the tests passed or not;
