@@ -79,7 +79,10 @@ async fn an_index_added_by_one_process_is_maintained_by_the_writes_of_another() 
     common::wait_for("50 writes through B", || async { (n.load(Ordering::Relaxed) > 50).then_some(()) }).await;
     stop.store(true, Ordering::Relaxed);
     writer.await.unwrap();
-    assert!(active > before, "the writer wrote through B during the change ({before} writes before it, {active} when active)");
+    assert!(
+        active > before,
+        "the writer wrote through B during the change ({before} writes before it, {active} when active)"
+    );
 
     // A library catalog on the same storage: drain, verify, compare every country's lookup
     // through B with the records' stored values.
