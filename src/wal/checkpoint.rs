@@ -8,9 +8,9 @@
 //!
 //! **Catalogs from before the move** keep shard k's checkpoint in
 //! `metadata/checkpoint-wal-{k:02}` ([`ShardId::legacy_checkpoint_row`]). Reading falls back
-//! to that row while the shard's own row does not exist, and the first advance by a process
-//! that has not seen the shard's own row folds the legacy value in (the new row starts at
-//! the larger of the two), so a checkpoint never reads lower across the upgrade and "no
+//! to that row while the shard's own row does not exist, and every advance raises the own row to
+//! at least the legacy value (so the new row starts at the larger of the two, and later
+//! raises to it change nothing), so a checkpoint never reads lower across the upgrade and "no
 //! longer pending means at or below the checkpoint" keeps holding. The legacy row is left in
 //! place (one small row per shard), and each process reads it once per shard.
 
@@ -54,19 +54,16 @@ impl Wal {
     }
 
     /// Moves `shard`'s checkpoint forward to `id` (never backwards; a concurrent applier's
-    /// move is retried: [`max_row::raise`]). The first move by a process that has not seen
-    /// the shard's own row yet also reads it and, when it does not exist, the legacy row, and
-    /// starts the new row at the larger value (see the module docs).
+    /// move is retried: [`max_row::raise`]), and at least to the shard's legacy checkpoint, so
+    /// a catalog from before the move starts the own row at the larger value (see the module
+    /// docs).
     pub async fn advance_checkpoint(&self, shard: ShardId, id: &WalId) -> Result<()> {
         let (pk, rk) = shard.checkpoint_home();
         let mut value = id.as_str().to_string();
-        if shard.legacy_checkpoint_row().is_some() && !self.known.holds(&pk, &rk) {
-            let own = max_row::read(self.store.as_ref(), &self.table, &pk, &rk, "datetime").await?;
-            if own.is_none() {
-                if let Some(legacy) = self.legacy_checkpoint(shard).await? {
-                    value = value.max(legacy);
-                }
-            }
+        // Raising to the legacy value too is a no-op once the own row exists (it started at
+        // least there), and the legacy row is read once per process.
+        if let Some(legacy) = self.legacy_checkpoint(shard).await? {
+            value = value.max(legacy);
         }
         max_row::raise(self.store.as_ref(), &self.known, &self.table, &pk, &rk, "datetime", &value).await
     }

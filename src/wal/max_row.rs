@@ -52,12 +52,6 @@ impl Known {
         }
     }
 
-    /// True when this process remembers the row (it wrote or read it, and no conflict made
-    /// it forget since).
-    pub(crate) fn holds(&self, pk: &str, rk: &str) -> bool {
-        self.0.lock().unwrap_or_else(|p| p.into_inner()).contains_key(&(pk.to_string(), rk.to_string()))
-    }
-
     fn forget(&self, pk: &str, rk: &str) {
         self.0.lock().unwrap_or_else(|p| p.into_inner()).remove(&(pk.to_string(), rk.to_string()));
     }
