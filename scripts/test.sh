@@ -1,20 +1,24 @@
 #!/usr/bin/env bash
 # Runs every test of the project, on a fresh machine, with nothing installed by hand:
-#   - installs a pinned Azurite with npm into .azurite/ and starts it on loopback (three
-#     instances with TC_TEST_PARALLEL=1: one for the `suite` binary's tests, one for its
-#     longest tests, one for the other parts, so their Azurite tests do not queue on one
-#     Node.js thread);
-#   - runs every test target with one `cargo test` (with the `testing` feature: crash points,
-#     FaultStore; every `cargo test` has it through the crate's dev-dependency on itself): the
-#     three integration-test binaries (`suite`, `faults`, `randomized`: conformance and
-#     integration tests on the embedded store and on Azurite, the Functions contract harness,
-#     the package check) and the library's unit and doc tests, one after another;
-#   - with TC_TEST_PARALLEL=1 it builds them once and runs the parts side by side instead,
-#     each in its own `cargo test` (`suite` in two parts, its longest tests in one), on three
-#     Azurite instances; a part's output is printed whole when it ends. 12.1 and 12.5 minutes
-#     on a clean clone (2 cores), against 15.1 for the default, but each of its runs so far
-#     had one Azurite test fail on a time bound under the load (docs/BENCHMARKS.md), so it is
-#     not the default;
+#   - installs a pinned Azurite with npm into .azurite/ and starts it on loopback (two
+#     instances, one per lane below, so their Azurite tests do not queue on one Node.js
+#     thread), while the tests build;
+#   - builds every test target once (with the `testing` feature: crash points, FaultStore;
+#     every `cargo test` has it through the crate's dev-dependency on itself) and, beside it, the
+#     Functions package the package check inspects (`scripts/package.sh`, profile
+#     `package-check`, in its own target folder `target/package` so the two builds do not wait
+#     on one cargo lock; the package check's own `scripts/package.sh` then finds it built);
+#   - runs the tests in two lanes side by side, each part its own `cargo test`, printed whole
+#     when it ends:
+#       lane `long`: the `suite` binary's longest tests (three `serve` processes, kills, the
+#                    Functions harness's airports import, the README, the package check),
+#                    then the `randomized` binary (the checker's bounded runs, the
+#                    simulator's seeds);
+#       lane `main`: the rest of `suite`, then the library's unit tests, `faults`, the doc
+#                    tests;
+#     each `suite` part with TC_TEST_THREADS test threads (default 3: its tests mostly wait on
+#     Azurite, child processes and timers). On a 2-core machine this keeps at most about six
+#     tests running at once (docs/BENCHMARKS.md, "The test command");
 #   - stops Azurite at the end, whether the tests passed or not;
 #   - fails if any part failed, and if any test reported a skip: a test that lacks a
 #     prerequisite writes `SKIPPED: <test>: <reason>` (tests/common/skip.rs), and this script
@@ -29,84 +33,106 @@
 #
 # Usage:
 #   scripts/test.sh                     everything, as CI runs it (.ci/run)
-#   TC_TEST_PARALLEL=1 scripts/test.sh  everything, its parts side by side
+#   TC_TEST_PARALLEL=0 scripts/test.sh  everything in one `cargo test`, one binary after another
+#                                       (slower; for a machine where the lanes are too much)
 #   scripts/test.sh ARGS...             one `cargo test --no-fail-fast ARGS...` instead (e.g.
 #                                       `--test suite -- hostile::`), with Azurite and the checks
 # Environment:
-#   TC_TEST_PARALLEL  1 runs the parts side by side (above)
-#   TC_TEST_THREADS   with TC_TEST_PARALLEL=1, test threads of each part of the `suite` binary
-#                     (default 4: its tests mostly wait on Azurite, child processes and timers)
+#   TC_TEST_PARALLEL  0 runs one `cargo test` instead of the lanes (above)
+#   TC_TEST_THREADS   test threads of each part of the `suite` binary (default 3)
 #   TC_TEST_PACKAGE   0 skips the package check (a release-like build of the Functions package)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+root="$(pwd)"
 
-# shellcheck source=scripts/azurite.sh
-source scripts/azurite.sh start >/dev/null
 logs="$(mktemp -d "${TMPDIR:-/tmp}/table-catalog-test.XXXXXX")"
 stop_all() {
     local i
-    for i in "" side long; do AZURITE_INSTANCE="$i" scripts/azurite.sh stop >/dev/null 2>&1 || true; done
+    for i in "" long; do AZURITE_INSTANCE="$i" scripts/azurite.sh stop >/dev/null 2>&1 || true; done
 }
 trap stop_all EXIT
 
 export TC_TEST_PACKAGE="${TC_TEST_PACKAGE:-1}"
 export RUST_BACKTRACE="${RUST_BACKTRACE:-1}"
-threads="${TC_TEST_THREADS:-4}"
+threads="${TC_TEST_THREADS:-3}"
 [[ "$threads" =~ ^[1-9][0-9]*$ ]] || { echo "scripts/test.sh: TC_TEST_THREADS: '$threads' is not a positive number" >&2; exit 2; }
 status=0
+started=$SECONDS
+elapsed() { echo "$((SECONDS - started)) s"; }
 
-if [ "$#" -gt 0 ] || [ "${TC_TEST_PARALLEL:-0}" != 1 ]; then
-    # The default: one `cargo test`, its binaries one after another (the suite 2 tests at a
-    # time on 2 cores), one Azurite.
+if [ "$#" -gt 0 ] || [ "${TC_TEST_PARALLEL:-1}" = 0 ]; then
+    # One `cargo test`, its binaries one after another, one Azurite.
+    # shellcheck source=scripts/azurite.sh
+    source scripts/azurite.sh start >/dev/null
     cargo test --no-fail-fast "$@" 2>&1 | tee "$logs/cargo.log" || status=$?
 else
-    started=$SECONDS
-    # Two more Azurite instances: `long` for the suite's longest tests, `side` for the rest.
-    azurite_of() {
-        AZURITE_INSTANCE="$1" bash scripts/azurite.sh start | sed -n 's/^TC_TEST_AZURE_CONNECTION=//p'
-    }
-    side="$(azurite_of side)" && long_cs="$(azurite_of long)"
-    [ -n "$side" ] && [ -n "$long_cs" ] || { echo "scripts/test.sh: an Azurite instance did not start" >&2; exit 1; }
-    cargo test --no-run 2>&1 | tee "$logs/build.log" || status=$?
+    # The builds start first; Azurite installs (npm) and starts meanwhile.
+    cargo test --no-run >"$logs/build.log" 2>&1 &
+    build_pid=$!
+    package_pid=
+    if [ "$TC_TEST_PACKAGE" = 1 ]; then
+        # The package check's build, in its own target folder (TC_PACKAGE_TARGET_DIR, which the
+        # package check passes on to its own scripts/package.sh run).
+        export TC_PACKAGE_TARGET_DIR="$root/target/package"
+        TC_PACKAGE_PROFILE=package-check TC_PACKAGE_OUT="$logs/package" \
+            bash scripts/package.sh >"$logs/package-build.log" 2>&1 &
+        package_pid=$!
+    fi
+    # shellcheck source=scripts/azurite.sh
+    source scripts/azurite.sh start >/dev/null
+    long_cs="$(AZURITE_INSTANCE=long bash scripts/azurite.sh start | sed -n 's/^TC_TEST_AZURE_CONNECTION=//p')"
+    [ -n "${TC_TEST_AZURE_CONNECTION:-}" ] && [ -n "$long_cs" ] || { echo "scripts/test.sh: an Azurite instance did not start" >&2; exit 1; }
+    wait "$build_pid" || status=$?
+    cat "$logs/build.log"
+    if [ -n "$package_pid" ] && ! wait "$package_pid"; then
+        # The package check reports it (it runs scripts/package.sh again); shown here early.
+        echo "scripts/test.sh: the package build failed (the package check will say why):" >&2
+        tail -20 "$logs/package-build.log" >&2
+    fi
     if [ "$status" -eq 0 ]; then
-        echo "scripts/test.sh: built in $((SECONDS - started)) s; running the parts side by side" >&2
-        # The suite's longest tests (1-5 minutes each on 2 cores), in a part of their own that
-        # starts with the others: run in name order among the rest, they made the run's tail.
+        echo "scripts/test.sh: built in $(elapsed); running the two lanes" >&2
+        # The suite's longest tests (1-2 minutes each on 2 cores): run in name order among the
+        # rest, they made the run's tail.
         long=(job_kill:: package:: functions_harness::airports_import crash_kill::
             read_your_writes::a_consistent_lookup_returns_every multi_process_kill:: readme::
             jobs::a_verify_job_counts)
         skip_long="${long[*]/#/--skip }"
-        # name, its Azurite, then its cargo test arguments.
-        parts=(
-            "suite|$TC_TEST_AZURE_CONNECTION|--test suite -- --test-threads $threads $skip_long"
+        # Each part: name|its Azurite|its cargo test arguments. A lane runs its parts in order.
+        lane_long=(
             "suite-long|$long_cs|--test suite -- --test-threads $threads ${long[*]}"
-            "randomized|$side|--test randomized"
-            "faults|$side|--test faults"
-            "unit|$side|--lib --bins"
-            "doc|$side|--doc"
+            "randomized|$long_cs|--test randomized"
         )
-        pending=()
-        pids=()
-        for part in "${parts[@]}"; do
-            name="${part%%|*}"
-            rest="${part#*|}"
-            # shellcheck disable=SC2086 # the arguments are split on purpose
-            (
+        lane_main=(
+            "suite|$TC_TEST_AZURE_CONNECTION|--test suite -- --test-threads $threads $skip_long"
+            "unit|$TC_TEST_AZURE_CONNECTION|--lib --bins"
+            "faults|$TC_TEST_AZURE_CONNECTION|--test faults"
+            "doc|$TC_TEST_AZURE_CONNECTION|--doc"
+        )
+        run_lane() {
+            local part name rest s
+            for part in "$@"; do
+                name="${part%%|*}"
+                rest="${part#*|}"
                 s=0
+                # shellcheck disable=SC2086 # the arguments are split on purpose
                 TC_TEST_AZURE_CONNECTION="${rest%%|*}" cargo test --no-fail-fast ${rest#*|} >"$logs/$name.log" 2>&1 || s=$?
                 echo "$s" >"$logs/$name.rc"
-            ) &
-            pids+=("$!")
-            pending+=("$name")
-        done
+            done
+        }
+        run_lane "${lane_long[@]}" &
+        long_pid=$!
+        run_lane "${lane_main[@]}" &
+        main_pid=$!
         # Print each part as it ends.
+        pending=()
+        for part in "${lane_long[@]}" "${lane_main[@]}"; do pending+=("${part%%|*}"); done
         while [ "${#pending[@]}" -gt 0 ]; do
             left=()
             for name in "${pending[@]}"; do
                 if [ -f "$logs/$name.rc" ]; then
                     rc="$(cat "$logs/$name.rc")"
                     echo
-                    echo "==== scripts/test.sh: $name (exit $rc, at $((SECONDS - started)) s) ===="
+                    echo "==== scripts/test.sh: $name (exit $rc, at $(elapsed)) ===="
                     cat "$logs/$name.log"
                     [ "$rc" -eq 0 ] || status="$rc"
                 else
@@ -116,9 +142,9 @@ else
             pending=("${left[@]+"${left[@]}"}")
             [ "${#pending[@]}" -eq 0 ] || sleep 1
         done
-        # The parts only: Azurite, started by this shell, is a background job too.
-        wait "${pids[@]}"
-        echo "scripts/test.sh: every part ended after $((SECONDS - started)) s" >&2
+        # The lanes only: Azurite, started by this shell, is a background job too.
+        wait "$long_pid" "$main_pid"
+        echo "scripts/test.sh: both lanes ended after $(elapsed)" >&2
     fi
 fi
 
