@@ -30,7 +30,7 @@ use common::Backend;
 const COUNTRIES: [&str; 5] = ["US", "CA", "MX", "GB", "FR"];
 const ZONES: [&str; 4] = ["America/Chicago", "America/New_York", "Europe/Paris", "UTC"];
 
-fn airports(n: usize) -> Vec<Record> {
+pub(crate) fn airports(n: usize) -> Vec<Record> {
     let rows = import::read_file(&common::airports_csv(), Format::Csv, &common::airports_schema()).unwrap();
     rows.into_iter().take(n).map(|(_, r)| r.expect("valid airport row")).collect()
 }
@@ -49,7 +49,7 @@ async fn second(c: &Catalog) -> Arc<Catalog> {
     Arc::new(Catalog::open(c.store().clone(), c.names().clone(), common::airports_schema(), opts).await.unwrap())
 }
 
-fn opts() -> CatalogOptions {
+pub(crate) fn opts() -> CatalogOptions {
     let mut o = CatalogOptions::default();
     o.wal.shards = 4;
     o.wal.lease_duration = Duration::from_secs(4);
@@ -111,7 +111,7 @@ fn appliers(cs: [Arc<Catalog>; 2], stop: Arc<AtomicBool>) -> tokio::task::JoinHa
 /// Waits until index `field` is in state `want` (`None`: gone); fails showing the index and
 /// its job when its job makes no progress (steps done, counters) for 5 minutes (Azurite
 /// shares its one thread with the writers; a slow job is not a stuck one).
-async fn wait_state(c: &Catalog, field: &str, want: Option<IndexState>, label: &str) {
+pub(crate) async fn wait_state(c: &Catalog, field: &str, want: Option<IndexState>, label: &str) {
     let mut progress = (String::new(), std::time::Instant::now());
     loop {
         let list = indexes::list(c).await.unwrap();
@@ -135,7 +135,7 @@ async fn wait_state(c: &Catalog, field: &str, want: Option<IndexState>, label: &
 }
 
 /// Every live record once, from a whole-table export.
-async fn live_records(c: &Catalog) -> Vec<Record> {
+pub(crate) async fn live_records(c: &Catalog) -> Vec<Record> {
     let schema = c.schema();
     table_catalog::testing::export::records(c.store().as_ref(), &c.names().table, &schema, 1000)
         .try_collect()
@@ -174,7 +174,7 @@ async fn check_lookups(c: &Catalog, field: &str, label: &str) {
     }
 }
 
-async fn verify_clean(c: &Catalog, label: &str) {
+pub(crate) async fn verify_clean(c: &Catalog, label: &str) {
     let schema = c.schema();
     let report = table_catalog::testing::verify::verify(c.store().as_ref(), &c.names().table, &schema).await.unwrap();
     assert_eq!(report.total_findings(), 0, "{label}: {:?} {:#?}", report.findings, report.violations);

@@ -1,0 +1,195 @@
+//! Composite indexes (issue 31, item 2): `country+subd` added online to a catalog with
+//! airports, through the HTTP routes. While it backfills, a lookup that needs it gets 409
+//! `index_not_ready` (200 with `allow_partial=true`); once active, `?country=US&subd=Texas`
+//! reads it (header `X-TableCatalog-Index: country+subd`) and finds exactly the Texan
+//! airports; an upsert changing one component, deletes by identifier and by the composite's
+//! fields keep it right; verify is clean; the drop removes its rows. Bad names are refused
+//! naming the field and the limit, and write nothing. On the embedded store and on Azurite.
+
+use std::collections::BTreeSet;
+
+use serde_json::{json, Value};
+use table_catalog::catalog::Catalog;
+use table_catalog::indexes;
+use table_catalog::query::Filter;
+use table_catalog::record::Record;
+use table_catalog::server::ServeOptions;
+use table_catalog::testing::schema::{IndexState, Schema};
+use table_catalog::Error;
+
+use crate::common::{self, Backend};
+use crate::indexes::{airports, live_records, opts, verify_clean, wait_state};
+
+const INDEX: &str = "country+subd";
+
+/// One GET through the router: (status, the `X-TableCatalog-Index` header, body).
+async fn get(app: &axum::Router, uri: &str) -> (u16, Option<String>, Value) {
+    use http_body_util::BodyExt;
+    use tower::ServiceExt;
+    let req = axum::http::Request::builder().uri(uri).body(axum::body::Body::empty()).unwrap();
+    let resp = app.clone().oneshot(req).await.unwrap();
+    let status = resp.status().as_u16();
+    let header = resp.headers().get("X-TableCatalog-Index").map(|v| v.to_str().unwrap().to_string());
+    let bytes = resp.into_body().collect().await.unwrap().to_bytes();
+    (status, header, serde_json::from_slice(&bytes).unwrap())
+}
+
+/// The live records whose country and subd are these (case-insensitively), as JSON texts.
+async fn expected(c: &Catalog, country: &str, subd: &str) -> BTreeSet<String> {
+    let is = |r: &Record, f: &str, v: &str| r.get(f).and_then(Value::as_str).is_some_and(|x| x.eq_ignore_ascii_case(v));
+    live_records(c)
+        .await
+        .iter()
+        .filter(|r| is(r, "country", country) && is(r, "subd", subd))
+        .map(|r| serde_json::to_string(r).unwrap())
+        .collect()
+}
+
+/// The records a lookup answers, as JSON texts; checks that it read the composite index.
+async fn lookup(app: &axum::Router, query: &str) -> BTreeSet<String> {
+    let (status, header, body) = get(app, &format!("/api/records?{query}&limit=1000")).await;
+    assert_eq!(status, 200, "{query}: {body}");
+    assert_eq!(header.as_deref(), Some(INDEX), "{query}: the index read");
+    assert!(body["continuation"].is_null(), "{query}: one page");
+    body["records"].as_array().unwrap().iter().map(|r| r.to_string()).collect()
+}
+
+common::backend_tests! {
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_composite_index_added_online_serves_lookups_stays_right_and_drops(backend) {
+        let label = format!("{backend:?}");
+        let c = common::catalog_with(backend, common::airports_schema(), opts()).await;
+        let n = if backend == Backend::Azurite { 80 } else { 200 };
+        c.upsert_many(airports(n), true).await.unwrap();
+        let app = table_catalog::http::router(c.clone());
+        let (worker_stop, worker_rx) = tokio::sync::watch::channel(false);
+        let workers = ServeOptions { scan_workers: 2, ..ServeOptions::default() };
+        let scan = tokio::spawn(table_catalog::server::run_scan_worker(c.clone(), workers, worker_rx));
+
+        let add = json!({ "field": INDEX }).to_string();
+        let (status, body) = common::call(&app, "POST", "/api/indexes", Some("application/json"), add).await;
+        assert_eq!(status.as_u16(), 202, "{label}: {body}");
+        assert_eq!((body["index"]["field"].as_str(), body["index"]["state"].as_str()), (Some(INDEX), Some("backfilling")));
+        // Its job starts once the change's entry is applied: until then it is backfilling.
+        let (status, _, body) = get(&app, "/api/records?country=US&subd=Texas").await;
+        assert_eq!((status, body["error"]["code"].as_str()), (409, Some("index_not_ready")), "{label}: {body}");
+        let message = body["error"]["message"].as_str().unwrap();
+        assert!(message.contains("index 'country+subd' is backfilling"), "{label}: {message}");
+        let (status, header, _) = get(&app, "/api/records?country=US&subd=Texas&allow_partial=true").await;
+        assert_eq!((status, header.as_deref()), (200, Some(INDEX)), "{label}: a partial lookup");
+        c.recover().await.unwrap();
+        wait_state(&c, INDEX, Some(IndexState::Active), &label).await;
+
+        let texas = expected(&c, "US", "Texas").await;
+        assert!(texas.len() >= 5, "{label}: {} Texan airports", texas.len());
+        assert_eq!(lookup(&app, "country=US&subd=Texas").await, texas, "{label}");
+        assert_eq!(lookup(&app, "subd=texas&country=us").await, texas, "{label}: any order, any case");
+        let both = Filter::new(vec![("country".into(), "US".into()), ("subd".into(), "Texas".into())]);
+        let page = c.query(&both, 1000, None).await.unwrap();
+        assert_eq!((page.index.as_str(), page.records.len()), (INDEX, texas.len()), "{label}: the library's lookup");
+        let (status, header, _) = get(&app, "/api/records?iata=JFK").await;
+        assert_eq!((status, header.as_deref()), (200, Some("iata")), "{label}: a single-field lookup says so too");
+        let (status, _, body) = get(&app, "/api/records?country=US").await;
+        let message = body["error"]["message"].as_str().unwrap_or_default();
+        assert_eq!(status, 400, "{label}: {body}");
+        assert!(message.contains("'country' is not an index field") && message.contains(INDEX), "{label}: {message}");
+
+        // Writes after the add: an upsert moving a Texan airport to Oklahoma (one component
+        // changed), a delete by identifier, then a delete by the composite index's fields.
+        let texans: Vec<Record> = live_records(&c)
+            .await
+            .into_iter()
+            .filter(|r| texas.contains(&serde_json::to_string(r).unwrap()))
+            .collect();
+        let mut moved = texans[0].clone();
+        moved.insert("subd".into(), json!("Oklahoma"));
+        c.upsert(moved.clone(), true).await.unwrap();
+        let icao = texans[1]["icao"].as_str().unwrap().to_string();
+        c.delete(Filter::new(vec![("icao".into(), icao)]), true).await.unwrap();
+        c.recover().await.unwrap();
+        let texas_now = expected(&c, "US", "Texas").await;
+        assert_eq!(texas_now.len(), texas.len() - 2, "{label}");
+        assert_eq!(lookup(&app, "country=US&subd=Texas").await, texas_now, "{label}: after the writes");
+        let oklahoma = lookup(&app, "country=US&subd=Oklahoma").await;
+        assert_eq!(oklahoma, expected(&c, "US", "Oklahoma").await, "{label}");
+        assert!(oklahoma.contains(&serde_json::to_string(&moved).unwrap()), "{label}: the moved airport");
+        verify_clean(&c, &label).await;
+        let okla = Filter::new(vec![("country".into(), "us".into()), ("subd".into(), "OKLAHOMA".into())]);
+        c.delete(okla, true).await.unwrap();
+        c.recover().await.unwrap();
+        assert!(lookup(&app, "country=US&subd=Oklahoma").await.is_empty(), "{label}: deleted by the composite's fields");
+        assert!(expected(&c, "US", "Oklahoma").await.is_empty(), "{label}: every row of them");
+        assert_eq!(lookup(&app, "country=US&subd=Texas").await, texas_now, "{label}: Texas untouched");
+        verify_clean(&c, &label).await;
+
+        let (status, body) = common::call(&app, "DELETE", "/api/indexes/country+subd", None, "").await;
+        assert_eq!(status.as_u16(), 202, "{label}: {body}");
+        c.recover().await.unwrap();
+        wait_state(&c, INDEX, None, &label).await;
+        assert_eq!(common::rows_of_index(&c, INDEX).await, 0, "{label}: rows of the dropped index remain");
+        let (status, _, body) = get(&app, "/api/records?country=US&subd=Texas").await;
+        assert_eq!(status, 400, "{label}: {body}");
+        verify_clean(&c, &label).await;
+        worker_stop.send_replace(true);
+        scan.await.unwrap();
+    }
+}
+
+common::backend_tests! {
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn bad_composite_indexes_are_refused_naming_the_field_and_the_limit(backend) {
+        let label = format!("{backend:?}");
+        let c = common::catalog_with(backend, common::airports_schema(), opts()).await;
+        c.upsert_many(airports(5), true).await.unwrap();
+        let app = table_catalog::http::router(c.clone());
+        let long = format!("country+{}", "s".repeat(250));
+        let refused = [
+            ("country+country", "composite index 'country+country': field 'country' is listed twice"),
+            ("country+Country", "field 'Country' is listed twice (as 'country'"),
+            ("country+", "composite index 'country+': field 2 of 2 is empty"),
+            ("+subd", "field 1 of 2 is empty"),
+            ("country+sub-d", "composite index 'country+sub-d': field name 'sub-d' is not a valid property name"),
+            ("a+b+c+d+e", "composite index 'a+b+c+d+e' has 5 fields; the limit is 4"),
+            (long.as_str(), "is 258 characters long; the limit is 255"),
+        ];
+        for (name, text) in refused {
+            let body = json!({ "field": name }).to_string();
+            let (status, body) = common::call(&app, "POST", "/api/indexes", Some("application/json"), body).await;
+            let message = body["error"]["message"].as_str().unwrap_or_default();
+            assert_eq!(status.as_u16(), 400, "{label}: {name}: {body}");
+            assert!(message.contains(text), "{label}: {name}: {message}");
+        }
+        let list = indexes::list(&c).await.unwrap();
+        assert_eq!(list.len(), 3, "{label}: nothing was added: {list:?}");
+        assert_eq!(c.schema().version(), 0, "{label}: the schema did not change");
+
+        indexes::add(&c, INDEX).await.unwrap();
+        let body = json!({ "field": "subd+country" }).to_string();
+        let (status, body) = common::call(&app, "POST", "/api/indexes", Some("application/json"), body).await;
+        assert_eq!(status.as_u16(), 409, "{label}: {body}");
+        assert!(body["error"]["message"].as_str().unwrap().contains("already has the fields"), "{label}: {body}");
+        let (status, body) = common::call(&app, "DELETE", "/api/indexes/country+nosuch", None, "").await;
+        assert_eq!(status.as_u16(), 404, "{label}: {body}");
+        let (status, _, body) = get(&app, "/api/records?country%2Bsubd=US").await;
+        assert_eq!(status, 400, "{label}: {body}");
+        assert!(body["error"]["message"].as_str().unwrap().contains("names a composite index"), "{label}: {body}");
+
+        // Records the composite index cannot key are refused, naming the field and the index.
+        let mut r = airports(1).remove(0);
+        r.insert("subd".into(), json!({ "a": 1 }));
+        match c.upsert(r.clone(), false).await {
+            Err(Error::Invalid(m)) => assert!(m.contains("'subd' (of composite index 'country+subd')"), "{label}: {m}"),
+            other => panic!("{label}: {other:?}"),
+        }
+        r.insert("subd".into(), json!("x".repeat(600)));
+        match c.upsert(r, false).await {
+            Err(Error::Invalid(m)) => {
+                assert!(m.contains("field 'country+subd'") && m.contains("the limit is 512"), "{label}: {m}")
+            }
+            other => panic!("{label}: {other:?}"),
+        }
+        // Not an identity field: refused at creation, saying how to add it.
+        let err = Schema::new(vec!["icao".into(), INDEX.into()], "name").unwrap_err().to_string();
+        assert!(err.contains("'country+subd' is a composite index") && err.contains("index add"), "{label}: {err}");
+    }
+}
