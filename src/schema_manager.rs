@@ -31,7 +31,7 @@ pub const LOOKUP_SCHEMA_AGE: Duration = Duration::from_secs(5);
 /// One index, as `index list` and `GET /api/indexes` show it.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct IndexInfo {
-    /// The indexed field.
+    /// The indexed field, or a composite index's fields joined by `+` (`country+subd`).
     pub field: String,
     /// `active`, `backfilling` or `dropping`.
     pub state: IndexState,
