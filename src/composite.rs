@@ -198,8 +198,45 @@ mod tests {
         values.iter().map(|v| v.to_lowercase()).collect()
     }
 
+    /// The characters of `joined` cut into `m` parts at the points `cuts` picks: a tuple with
+    /// the same characters as another, differently split (what a plain concatenation, or a
+    /// separator that values may hold, would confuse).
+    fn resplit(joined: &str, m: usize, cuts: &[usize]) -> Vec<String> {
+        let chars: Vec<char> = joined.chars().collect();
+        let mut points: Vec<usize> = cuts.iter().take(m - 1).map(|c| c % (chars.len() + 1)).collect();
+        points.sort_unstable();
+        let mut parts = Vec::with_capacity(m);
+        let mut start = 0;
+        for p in points {
+            parts.push(chars[start..p].iter().collect());
+            start = p;
+        }
+        parts.push(chars[start..].iter().collect());
+        parts
+    }
+
+    /// Short values over the characters a split could hide in.
+    fn tricky_tuple(name: &str) -> impl Strategy<Value = Vec<String>> {
+        let chars = vec!['+', '+', '_', '1', '2', 'a', 'A', '%', '/', 'é'];
+        let value = prop::collection::vec(prop::sample::select(chars), 0..5).prop_map(|cs| cs.into_iter().collect());
+        prop::collection::vec(value, fields_of(name).len())
+    }
+
     proptest! {
         #![proptest_config(Config { cases: 4000, rng_seed: RngSeed::Fixed(0xC0_4D05_17E), failure_persistence: None, ..Config::default() })]
+
+        /// Tuples made of the same characters split differently (joined with nothing, the
+        /// separator, `_` or a length-like `1_`) share a key only when equal once lowercased.
+        #[test]
+        fn resplit_tuples_never_share_a_partition_key(
+            (name, a) in name().prop_flat_map(|n| (Just(n.clone()), tricky_tuple(&n))),
+            glue in prop::sample::select(vec!["", "+", "_", "1_"]),
+            cuts in prop::collection::vec(any::<usize>(), 3),
+        ) {
+            let b = resplit(&a.join(glue), a.len(), &cuts);
+            let (ka, kb) = (key(&name, &a), key(&name, &b));
+            prop_assert_eq!(ka == kb, lowered(&a) == lowered(&b), "{:?} {:?} -> {} {}", a, b, ka, kb);
+        }
 
         /// Two value tuples of one index share a PartitionKey exactly when they are equal
         /// component by component once lowercased (the index's equality).
