@@ -7,7 +7,8 @@
 //! field name never holds the separator and the split is unambiguous), no field twice
 //! (compared case-insensitively, as keys are lowercased), at most
 //! [`crate::record::MAX_NAME_CHARS`] characters in all. Order is significant for the key
-//! (`country+subd` sorts by country first), not for lookups (a filter names a set of fields).
+//! (components are encoded in the name's order), not for lookups (a filter names a set of
+//! fields), so `index add` refuses a second order of the same fields.
 //!
 //! **Values.** A record has a value for a composite index only when every component field
 //! has a non-empty string, number or boolean value ([`crate::keys::key_string`]); a component

@@ -101,7 +101,7 @@ impl Filter {
 
     /// The index a lookup with this filter reads and its PartitionKey; the error
     /// [`Filter::validate`] gives when none can serve it.
-    pub fn index_read(&self, schema: &Schema) -> Result<(String, String)> {
+    pub(crate) fn index_read(&self, schema: &Schema) -> Result<(String, String)> {
         let index = self.choose_index(schema, Purpose::Lookup).ok_or_else(|| self.unserved(schema))?;
         let pk = self.partition_of(schema, &index)?;
         Ok((index, pk))

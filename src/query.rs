@@ -112,7 +112,7 @@ impl Filter {
         })
     }
 
-    /// The partition a lookup with this filter reads ([`Filter::index_read`]).
+    /// The partition a lookup with this filter reads (`crate::index_choice`).
     pub fn partition_key(&self, schema: &Schema) -> Result<String> {
         Ok(self.index_read(schema)?.1)
     }

@@ -390,7 +390,7 @@ impl Schema {
     /// record's index values become keys: fan-out, backfill, verify, repair and the row moves
     /// of an upsert all come through here ([`Schema::record_keys`]). Errors name the field:
     /// an object or array value, a key over 1 KiB.
-    pub fn index_partition(&self, record: &Record, index: &str) -> Result<Option<String>> {
+    pub(crate) fn index_partition(&self, record: &Record, index: &str) -> Result<Option<String>> {
         if !composite::is_composite(index) {
             if let Some(Json::Object(_) | Json::Array(_)) = record.get(index) {
                 return Err(Error::invalid(format!("index field '{index}' must be a string, number or boolean")));
@@ -427,13 +427,6 @@ impl Schema {
     /// they were added.
     pub(crate) fn composites(&self) -> impl Iterator<Item = &AddedIndex> {
         self.added.iter().filter(|a| composite::is_composite(&a.field))
-    }
-
-    /// True when `field` is a field of some composite index (not dropping).
-    pub fn is_component(&self, field: &str) -> bool {
-        self.composites()
-            .filter(|a| a.state != IndexState::Dropping)
-            .any(|a| composite::fields_of(&a.field).contains(&field))
     }
 
     /// Validates the record against the schema and computes its keys.
@@ -667,7 +660,6 @@ mod tests {
         let e = Schema::new(vec!["eid".into(), "dept+ssn".into()], "lastname").unwrap_err().to_string();
         assert!(e.contains("'dept+ssn' is a composite index") && e.contains("index add dept+ssn"), "{e}");
         assert_eq!(s.state_of_partition("8_dept+ssn2_er1_1"), Some(IndexState::Active));
-        assert!(s.is_component("dept") && !s.is_component("eid"));
     }
 
     #[test]
