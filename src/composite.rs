@@ -224,7 +224,7 @@ mod tests {
     }
 
     proptest! {
-        #![proptest_config(Config { cases: 4000, rng_seed: RngSeed::Fixed(0xC0_4D05_17E), failure_persistence: None, ..Config::default() })]
+        #![proptest_config(Config { cases: 4000, rng_seed: RngSeed::Fixed(0xC04D_0517), failure_persistence: None, ..Config::default() })]
 
         /// Tuples made of the same characters split differently (joined with nothing, the
         /// separator, `_` or a length-like `1_`) share a key only when equal once lowercased.
