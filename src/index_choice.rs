@@ -128,10 +128,13 @@ impl Filter {
                 example.join("&")
             ));
         }
-        if let Some(c) = self.exact_composite(schema, |_| true) {
+        if let Some(c) = self.exact_composite(schema, |s| s != IndexState::Active) {
             return match schema.index_state(c) {
                 Some(IndexState::Backfilling) => not_ready(c),
-                _ => Error::invalid(format!("filter: the index '{c}' is being dropped; {}", known(schema))),
+                _ => Error::invalid(format!(
+                    "filter: the index '{c}' is being dropped; active index fields are {}",
+                    known(schema)
+                )),
             };
         }
         for (field, _) in &self.fields {
