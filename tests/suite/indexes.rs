@@ -35,7 +35,7 @@ pub(crate) fn airports(n: usize) -> Vec<Record> {
     rows.into_iter().take(n).map(|(_, r)| r.expect("valid airport row")).collect()
 }
 
-fn size(backend: Backend) -> usize {
+pub(crate) fn size(backend: Backend) -> usize {
     match backend {
         Backend::Local | Backend::Simulated => 3_000,
         Backend::Azurite => 600,
@@ -44,7 +44,7 @@ fn size(backend: Backend) -> usize {
 
 /// A second catalog instance on the same store and tables: its own WAL clock owner, applier,
 /// leases and schema copy, as another process would have.
-async fn second(c: &Catalog) -> Arc<Catalog> {
+pub(crate) async fn second(c: &Catalog) -> Arc<Catalog> {
     let opts = CatalogOptions { wal: c.options().wal.clone(), ..CatalogOptions::default() };
     Arc::new(Catalog::open(c.store().clone(), c.names().clone(), common::airports_schema(), opts).await.unwrap())
 }
@@ -58,7 +58,7 @@ pub(crate) fn opts() -> CatalogOptions {
 
 /// 8 writers, alternating between the two instances: upserts that move records between
 /// countries and time zones, and every 25th operation a delete by `icao`.
-fn writers(
+pub(crate) fn writers(
     cs: [Arc<Catalog>; 2],
     records: Arc<Vec<Record>>,
     stop: Arc<AtomicBool>,
@@ -97,7 +97,7 @@ fn writers(
 }
 
 /// Applies both instances' WAL continuously (as their queue workers would).
-fn appliers(cs: [Arc<Catalog>; 2], stop: Arc<AtomicBool>) -> tokio::task::JoinHandle<()> {
+pub(crate) fn appliers(cs: [Arc<Catalog>; 2], stop: Arc<AtomicBool>) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         while !stop.load(Ordering::Relaxed) {
             for c in &cs {
@@ -182,7 +182,7 @@ pub(crate) async fn verify_clean(c: &Catalog, label: &str) {
 
 /// Drains both instances' WAL (nothing pending afterwards). Fails when the backlog stops
 /// shrinking for 60 s (a stuck applier), not when a long backlog takes long (a loaded machine).
-async fn drain(cs: &[Arc<Catalog>; 2]) {
+pub(crate) async fn drain(cs: &[Arc<Catalog>; 2]) {
     const NO_PROGRESS: std::time::Duration = std::time::Duration::from_secs(60);
     let mut progress = (u64::MAX, std::time::Instant::now());
     loop {
