@@ -88,7 +88,7 @@ pub struct RecordKeys {
     /// RowKey shared by every row of the record.
     pub row_key: String,
     /// (index, PartitionKey) for each index the record has a value for, in schema order; the
-    /// index is a field or a composite index's name ([`Schema::index_partition`]).
+    /// index is a field or a composite index's name (`Schema::index_partition`).
     pub partitions: Vec<(String, String)>,
 }
 
@@ -379,7 +379,7 @@ impl Schema {
 
     /// The string value of index field `field` in `record`, if it has a non-empty one.
     /// Missing, null and empty values mean "not indexed" (a sparse index). For a single
-    /// field; a composite index's partition is [`Schema::index_partition`]'s.
+    /// field; a composite index's partition is `Schema::index_partition`'s.
     pub fn index_value(record: &Record, field: &str) -> Option<String> {
         record.get(field).and_then(keys::key_string).filter(|s| !s.is_empty())
     }
