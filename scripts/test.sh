@@ -26,8 +26,9 @@
 #     (Except the package check when the caller sets TC_TEST_PACKAGE=0.)
 #
 # The long checks are `#[ignore]`d tests, run by `scripts/test.sh --test suite -- --ignored`
-# (README, "Long checks"): the Azurite variants of the job-kill test and of the index changes
-# under 8 writers (their embedded variants run here), the import of all 28,403 airports into
+# (README, "Long checks"): the Azurite variants of the job-kill test, of the index changes
+# under 8 writers and of the composite index under 8 writers (their embedded variants run
+# here), the import of all 28,403 airports into
 # Azurite read back by the Python client (a sample runs here), and the 100,000-record export
 # through the Functions harness.
 #

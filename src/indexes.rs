@@ -49,11 +49,19 @@
 //! reads the record's stored version (one read per upserted record, only in catalogs with
 //! added indexes) and tombstones the old row.
 //!
+//! **Composite indexes** (`crate::composite`): an index over 2 to
+//! [`MAX_COMPOSITE_FIELDS`] fields, named by them joined with [`COMPOSITE_SEPARATOR`]
+//! (`country+subd`), is added and dropped by the same steps, under that name. A record has a
+//! row in it when every one of its fields has a value; a lookup naming exactly its fields
+//! reads it (`crate::index_choice`; [`crate::query::ResultPage::index`] says which index a
+//! lookup read). A composite index cannot be an identity field.
+//!
 //! The work is the schema manager's (`crate::schema_manager`, held by the catalog); these
 //! functions are its public face.
 
 use std::sync::Arc;
 
+pub use crate::composite::{COMPOSITE_SEPARATOR, MAX_COMPOSITE_FIELDS};
 pub use crate::schema_manager::{IndexChange, IndexInfo, LOOKUP_SCHEMA_AGE};
 
 use crate::catalog::Catalog;
@@ -66,9 +74,13 @@ pub async fn list(catalog: &Catalog) -> Result<Vec<IndexInfo>> {
     catalog.schemas().list().await
 }
 
-/// Adds index `field` online (see the module docs); returns once the change is logged (the
-/// backfill runs on the scan queue). Errors: a bad field name ([`crate::Error::Invalid`]), a
-/// field that is already an index ([`crate::Error::Conflict`], naming its state).
+/// Adds index `field` online (see the module docs): a field, or a composite index's fields
+/// joined by `+` (`country+subd`); returns once the change is logged (the backfill runs on
+/// the scan queue). Errors: a bad name ([`crate::Error::Invalid`], naming the field and the
+/// limit: not a valid field name, a composite name with an empty field, a field twice, more
+/// than [`MAX_COMPOSITE_FIELDS`] fields, more than 255 characters); an index that exists
+/// already, or a composite index with the same fields in another order
+/// ([`crate::Error::Conflict`], naming its state). Nothing is written on error.
 pub async fn add(catalog: &Catalog, field: &str) -> Result<IndexChange> {
     catalog.schemas().add(field).await
 }

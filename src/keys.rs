@@ -80,7 +80,7 @@ pub fn unescape_key(encoded: &str) -> Option<String> {
     String::from_utf8(out).ok()
 }
 
-fn check_len(what: &'static str, field: &str, key: String) -> Result<String, KeyError> {
+pub(crate) fn check_len(what: &'static str, field: &str, key: String) -> Result<String, KeyError> {
     let len = key.encode_utf16().count();
     if len > MAX_KEY_UTF16 {
         return Err(KeyError::TooLong { what, field: field.to_string(), len });

@@ -78,6 +78,7 @@ pub use error::{Error, Result};
 
 // Internals: the WAL, the apply engine, the queue dispatcher, the whole-table tools.
 pub(crate) mod apply;
+pub(crate) mod composite;
 pub(crate) mod dispatch;
 pub(crate) mod env;
 pub(crate) mod export;
@@ -85,6 +86,7 @@ pub(crate) mod faults;
 pub(crate) mod hashed;
 pub(crate) mod hinter;
 pub(crate) mod import;
+pub(crate) mod index_choice;
 pub(crate) mod job_core;
 pub(crate) mod keys;
 pub(crate) mod messages;
@@ -161,8 +163,8 @@ pub mod testing {
     }
 
     reexport_internals!(
-        apply, dispatch, env, export, faults, hashed, hinter, import, keys, messages, metrics, names, repair, scan,
-        schema, settings, verify, wal,
+        apply, composite, dispatch, env, export, faults, hashed, hinter, import, keys, messages, metrics, names,
+        repair, scan, schema, settings, verify, wal,
     );
 
     /// The job kinds' modules (`jobs::{handler, index, kinds, rebuild, trim}`).

@@ -2,9 +2,11 @@
 //!
 //! A filter names one or more index fields with a value each; a record matches when every
 //! named field's value equals the given one case-insensitively (the reference lowercases
-//! keys, so matching is case-insensitive). The first field picks the partition that is read;
-//! the others are checked on the records read, which gives the reference's intersection
-//! semantics with one partition read instead of one per field.
+//! keys, so matching is case-insensitive). One index's partition is read: an active
+//! composite index whose fields are exactly the filter's (`country+subd` for
+//! `country=US&subd=Texas`), else the first field's (`crate::index_choice`); the fields are
+//! checked on the records read, which gives the reference's intersection semantics with one
+//! partition read instead of one per field.
 //!
 //! A hashed index field (`crate::hashed`) is looked up by the HMAC of the value, computed
 //! the same way as when the record was written, so `ssn=123-45-6789` finds the record while
@@ -18,7 +20,7 @@ use serde::{Deserialize, Serialize};
 use crate::error::{Error, Result};
 use crate::keys;
 use crate::record::{self, Record};
-use crate::schema::{IndexState, Schema};
+use crate::schema::Schema;
 use crate::store::{pager, Entity, RowRange, TableStore, MAX_PAGE};
 
 /// Which records an operation addresses.
@@ -71,41 +73,23 @@ impl Filter {
         self
     }
 
-    /// Checks the filter against the schema: at least one field, only index fields, each
-    /// value non-empty and short enough for a key.
+    /// Checks the filter against the schema: at least one field, each value non-empty and
+    /// short enough for a key, and an index to read (`crate::index_choice`): an active
+    /// composite index whose fields are exactly the filter's, or else only index fields.
+    /// Errors name the field or index: [`Error::Invalid`] for a field that is not an index,
+    /// a dropping index or a composite index's name; [`Error::IndexNotReady`] for a
+    /// backfilling one without [`Filter::allow_partial`].
     pub fn validate(&self, schema: &Schema) -> Result<()> {
-        if self.fields.is_empty() {
-            return Err(Error::invalid(format!(
-                "filter: name at least one index field ({}) with a value",
-                schema.index_keys.join(", ")
-            )));
-        }
         for (field, value) in &self.fields {
-            match schema.index_state(field) {
-                Some(IndexState::Active) => {}
-                Some(IndexState::Backfilling) if self.allow_partial => {}
-                Some(IndexState::Backfilling) => {
-                    return Err(Error::IndexNotReady(format!(
-                        "index '{field}' is backfilling: rows of records written before it was added are still being added, so a lookup could miss records; pass allow_partial=true (HTTP) or --allow-partial (table-catalog query) to read the rows it has"
-                    )))
-                }
-                Some(IndexState::Dropping) => {
-                    return Err(Error::invalid(format!(
-                        "filter: the index '{field}' is being dropped; active index fields are {}",
-                        schema.active_keys().join(", ")
-                    )))
-                }
-                None => {
-                    return Err(Error::invalid(format!(
-                        "filter: '{field}' is not an index field; index fields are {}",
-                        schema.active_keys().join(", ")
-                    )))
-                }
-            }
-            if value.is_empty() {
+            if value.is_empty() && !crate::composite::is_composite(field) {
                 return Err(Error::invalid(format!("filter: the value of '{field}' is empty")));
             }
-            schema.partition_key(field, value)?;
+        }
+        let (index, _) = self.index_read(schema)?;
+        if !crate::composite::is_composite(&index) {
+            for (field, value) in &self.fields {
+                schema.partition_key(field, value)?;
+            }
         }
         for (name, bound) in [("row_from", &self.row_from), ("row_to", &self.row_to), ("identity", &self.identity)] {
             if let Some(b) = bound {
@@ -128,10 +112,9 @@ impl Filter {
         })
     }
 
-    /// The partition read for this filter.
+    /// The partition a lookup with this filter reads (`crate::index_choice`).
     pub fn partition_key(&self, schema: &Schema) -> Result<String> {
-        let (field, value) = self.fields.first().ok_or_else(|| Error::invalid("filter: no field"))?;
-        schema.partition_key(field, value)
+        Ok(self.index_read(schema)?.1)
     }
 
     /// The RowKey ranges to read for the filter's sort-value bounds: at most two, ascending
@@ -207,6 +190,9 @@ pub struct ResultPage {
     pub records: Vec<Found>,
     /// Pass back to get the next page; `None` when there is nothing more.
     pub continuation: Option<String>,
+    /// The index read: a field, or a composite index's name such as `country+subd`
+    /// (`crate::index_choice`; HTTP: the `X-TableCatalog-Index` header).
+    pub index: String,
 }
 
 fn encode_continuation(row_key: &str) -> String {
@@ -249,11 +235,11 @@ pub async fn query_page(
     limit: usize,
     continuation: Option<&str>,
 ) -> Result<ResultPage> {
-    let pk = filter.partition_key(schema)?;
+    let (index, pk) = filter.index_read(schema)?;
     let resume = continuation.map(decode_continuation).transpose()?;
     let ranges = filter.row_ranges();
     let limit = limit.max(1);
-    let mut out = ResultPage::default();
+    let mut out = ResultPage { index, ..ResultPage::default() };
     for (n, range) in ranges.iter().enumerate() {
         if resume.as_deref().is_some_and(|rk| ends_at_or_before(range, rk)) {
             continue;

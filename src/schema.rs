@@ -11,6 +11,7 @@
 
 use serde_json::Value as Json;
 
+use crate::composite;
 use crate::error::{Error, Result};
 use crate::hashed::HashKey;
 use crate::keys;
@@ -45,7 +46,8 @@ impl IndexState {
 /// An index added after the catalog was created, as the stored schema lists it.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct AddedIndex {
-    /// The indexed field.
+    /// The indexed field, or a composite index's fields joined by `+` (`country+subd`,
+    /// `crate::composite`).
     pub field: String,
     /// Its state.
     pub state: IndexState,
@@ -85,7 +87,8 @@ pub struct Schema {
 pub struct RecordKeys {
     /// RowKey shared by every row of the record.
     pub row_key: String,
-    /// (index field, PartitionKey) for each index field with a value, in schema order.
+    /// (index, PartitionKey) for each index the record has a value for, in schema order; the
+    /// index is a field or a composite index's name (`Schema::index_partition`).
     pub partitions: Vec<(String, String)>,
 }
 
@@ -100,6 +103,11 @@ impl Schema {
             ));
         }
         for k in index_keys.iter().chain(std::iter::once(&row_key)) {
+            if composite::is_composite(k) {
+                return Err(Error::Config(format!(
+                    "index keys: '{k}' is a composite index; the index fields a catalog is created with are its identity fields, which feed every record's RowKey one field each, so a composite index cannot be one: create the catalog with single fields and add it online (table-catalog index add {k}, POST /api/indexes)"
+                )));
+            }
             validate_field_name(k).map_err(|e| Error::Config(e.to_string()))?;
         }
         for (i, k) in index_keys.iter().enumerate() {
@@ -125,7 +133,7 @@ impl Schema {
     /// Errors when an added index repeats an identity field or another added one.
     pub fn with_added(mut self, added: Vec<AddedIndex>, version: u64) -> Result<Schema> {
         for (i, a) in added.iter().enumerate() {
-            validate_field_name(&a.field).map_err(|e| Error::Config(e.to_string()))?;
+            composite::validate_index_name(&a.field).map_err(|e| Error::Config(e.to_string()))?;
             let lower = a.field.to_lowercase();
             if self.identity.iter().any(|k| k.to_lowercase() == lower)
                 || added[..i].iter().any(|o| o.field.to_lowercase() == lower)
@@ -370,9 +378,55 @@ impl Schema {
     }
 
     /// The string value of index field `field` in `record`, if it has a non-empty one.
-    /// Missing, null and empty values mean "not indexed" (a sparse index).
+    /// Missing, null and empty values mean "not indexed" (a sparse index). For a single
+    /// field; a composite index's partition is `Schema::index_partition`'s.
     pub fn index_value(record: &Record, field: &str) -> Option<String> {
         record.get(field).and_then(keys::key_string).filter(|s| !s.is_empty())
+    }
+
+    /// The PartitionKey of `record`'s row in index `index` (a field, or a composite index
+    /// such as `country+subd`, `crate::composite`), or `None` when the record has no value
+    /// for it (for a composite index: when some component has none). The one place a
+    /// record's index values become keys: fan-out, backfill, verify, repair and the row moves
+    /// of an upsert all come through here ([`Schema::record_keys`]). Errors name the field:
+    /// an object or array value, a key over 1 KiB.
+    pub(crate) fn index_partition(&self, record: &Record, index: &str) -> Result<Option<String>> {
+        if !composite::is_composite(index) {
+            if let Some(Json::Object(_) | Json::Array(_)) = record.get(index) {
+                return Err(Error::invalid(format!("index field '{index}' must be a string, number or boolean")));
+            }
+            return Self::index_value(record, index).map(|v| self.partition_key(index, &v)).transpose();
+        }
+        let mut values = Vec::new();
+        for field in composite::fields_of(index) {
+            if let Some(Json::Object(_) | Json::Array(_)) = record.get(field) {
+                return Err(Error::invalid(format!(
+                    "index field '{field}' (of composite index '{index}') must be a string, number or boolean"
+                )));
+            }
+            match Self::index_value(record, field) {
+                Some(v) => values.push(self.key_value(field, &v)),
+                None => return Ok(None),
+            }
+        }
+        Ok(Some(composite::partition_key(index, values.iter().map(String::as_str))?))
+    }
+
+    /// The PartitionKey of composite index `index` for a filter's `(field, value)` pairs,
+    /// which name each of its fields (in any order). `None` when one is missing.
+    pub(crate) fn composite_partition_key(&self, index: &str, fields: &[(String, String)]) -> Option<Result<String>> {
+        let mut values = Vec::new();
+        for field in composite::fields_of(index) {
+            let (_, v) = fields.iter().find(|(f, _)| f == field)?;
+            values.push(self.key_value(field, v));
+        }
+        Some(composite::partition_key(index, values.iter().map(String::as_str)).map_err(Error::from))
+    }
+
+    /// The composite indexes added to the catalog, dropping ones included, in the order
+    /// they were added.
+    pub(crate) fn composites(&self) -> impl Iterator<Item = &AddedIndex> {
+        self.added.iter().filter(|a| composite::is_composite(&a.field))
     }
 
     /// Validates the record against the schema and computes its keys.
@@ -394,11 +448,8 @@ impl Schema {
         };
         let mut partitions = Vec::new();
         for field in &self.index_keys {
-            if let Some(Json::Object(_) | Json::Array(_)) = record.get(field) {
-                return Err(Error::invalid(format!("index field '{field}' must be a string, number or boolean")));
-            }
-            if let Some(value) = Self::index_value(record, field) {
-                partitions.push((field.clone(), self.partition_key(field, &value)?));
+            if let Some(pk) = self.index_partition(record, field)? {
+                partitions.push((field.clone(), pk));
             }
         }
         if !self.identity.iter().any(|f| Self::index_value(record, f).is_some()) {
@@ -572,6 +623,43 @@ mod tests {
         let keys = applied.record_keys(r).unwrap();
         assert!(keys.partitions.iter().any(|(f, pk)| f == "dept" && pk == "4_depter"), "{keys:?}");
         assert_eq!(dropping.dropping_fields(), ["dept"]);
+    }
+
+    #[test]
+    fn a_composite_index_keys_a_record_only_when_every_field_has_a_value() {
+        let s = providers().with_added(vec![added("dept+ssn", IndexState::Active, 1)], 1).unwrap();
+        let keys = |v: Json| s.record_keys(v.as_object().unwrap());
+        let r = keys(json!({"eid": "F314", "ssn": "123-45-6789", "lastname": "Faux", "dept": "ER"})).unwrap();
+        let (_, pk) = r.partitions.last().unwrap();
+        assert_eq!(pk, "8_dept+ssn2_er11_123-45-6789");
+        assert_eq!(
+            r.row_key,
+            providers()
+                .record_keys(
+                    &json!({"eid": "F314", "ssn": "123-45-6789", "lastname": "Faux"}).as_object().unwrap().clone()
+                )
+                .unwrap()
+                .row_key,
+            "identity alone feeds the RowKey"
+        );
+        for sparse in [
+            json!({"eid": "F314", "ssn": "1", "lastname": "Faux"}),
+            json!({"eid": "F314", "ssn": "1", "dept": "", "lastname": "Faux"}),
+        ] {
+            let k = keys(sparse).unwrap();
+            assert!(k.partitions.iter().all(|(f, _)| f != "dept+ssn"), "{k:?}");
+        }
+        let e = keys(json!({"eid": "F314", "ssn": "1", "dept": [1], "lastname": "Faux"})).unwrap_err().to_string();
+        assert!(e.contains("index field 'dept' (of composite index 'dept+ssn')"), "{e}");
+        // A hashed field contributes its HMAC, as in its own index.
+        let hashed = hashed_providers(&[]).with_added(vec![added("dept+ssn", IndexState::Active, 1)], 1).unwrap();
+        let r = json!({"eid": "F314", "ssn": "123-45-6789", "lastname": "Faux", "dept": "ER"});
+        let k = hashed.record_keys(r.as_object().unwrap()).unwrap();
+        assert_eq!(k.partitions.last().unwrap().1, format!("8_dept+ssn2_er64_{SSN_HMAC}"));
+        assert!(providers().with_added(vec![added("dept+dept", IndexState::Active, 1)], 1).is_err());
+        let e = Schema::new(vec!["eid".into(), "dept+ssn".into()], "lastname").unwrap_err().to_string();
+        assert!(e.contains("'dept+ssn' is a composite index") && e.contains("index add dept+ssn"), "{e}");
+        assert_eq!(s.state_of_partition("8_dept+ssn2_er1_1"), Some(IndexState::Active));
     }
 
     #[test]

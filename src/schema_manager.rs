@@ -13,12 +13,12 @@ use serde::Serialize;
 
 use crate::apply::schema_change::SchemaJobs;
 use crate::apply::Applier;
+use crate::composite::{fields_of, is_composite, validate_index_name};
 use crate::error::{Error, Result};
 use crate::hinter::Hinter;
 use crate::job_core::index_params::{roots, IndexParams};
 use crate::job_core::{Job, JobId, JobKind, Jobs};
 use crate::query::Filter;
-use crate::record::validate_field_name;
 use crate::schema::{AddedIndex, IndexState, Schema};
 use crate::store::{Entity, Store};
 use crate::wal::clock::Clock;
@@ -31,7 +31,7 @@ pub const LOOKUP_SCHEMA_AGE: Duration = Duration::from_secs(5);
 /// One index, as `index list` and `GET /api/indexes` show it.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct IndexInfo {
-    /// The indexed field.
+    /// The indexed field, or a composite index's fields joined by `+` (`country+subd`).
     pub field: String,
     /// `active`, `backfilling` or `dropping`.
     pub state: IndexState,
@@ -164,7 +164,7 @@ impl SchemaManager {
     /// backfill runs on the scan queue). Errors: a bad field name ([`Error::Invalid`]), a field
     /// that is already an index ([`Error::Conflict`], naming its state).
     pub(crate) async fn add(&self, field: &str) -> Result<IndexChange> {
-        validate_field_name(field).map_err(|e| Error::invalid(format!("field: {e}")))?;
+        validate_index_name(field).map_err(|e| Error::invalid(format!("field: {e}")))?;
         let wanted = field.to_string();
         let row = schema_row::update(self.store.as_ref(), self.wal.table(), |identity, added, version| {
             let lower = wanted.to_lowercase();
@@ -186,6 +186,15 @@ impl SchemaManager {
                     a.job.as_ref().map(|j| format!(", job {j}")).unwrap_or_default()
                 )));
             }
+            if let Some(a) = added.iter().find(|a| is_composite(&a.field) && same_fields(&a.field, &wanted)) {
+                // Lookups name a set of fields: a second order of the same fields would serve
+                // no lookup the first does not (`crate::index_choice`).
+                return Err(Error::Conflict(format!(
+                    "field: the composite index '{}' ({}) already has the fields of '{wanted}'; lookups name a set of fields, so one order serves them all",
+                    a.field,
+                    a.state.name()
+                )));
+            }
             *version += 1;
             added.push(AddedIndex {
                 field: wanted.clone(),
@@ -204,7 +213,7 @@ impl SchemaManager {
     /// backfilling index ([`Error::Conflict`], saying what to do instead), a field that is not an
     /// index ([`Error::NotFound`], naming the indexes).
     pub(crate) async fn drop(&self, field: &str) -> Result<IndexChange> {
-        validate_field_name(field).map_err(|e| Error::invalid(format!("field: {e}")))?;
+        validate_index_name(field).map_err(|e| Error::invalid(format!("field: {e}")))?;
         let wanted = field.to_string();
         let row = schema_row::update(self.store.as_ref(), self.wal.table(), |identity, added, version| {
             if identity.contains(&wanted) {
@@ -296,12 +305,8 @@ impl SchemaManager {
         match filter.validate(&schema) {
             Ok(()) => Ok(schema),
             Err(Error::IndexNotReady(message)) => {
-                let field = filter
-                    .fields
-                    .iter()
-                    .map(|(f, _)| f)
-                    .find(|f| schema.index_state(f) == Some(IndexState::Backfilling));
-                let added = field.and_then(|f| schema.added().iter().find(|a| a.field == *f));
+                let index = filter.backfilling_index(&schema);
+                let added = index.and_then(|f| schema.added().iter().find(|a| a.field == f));
                 let progress = match added {
                     Some(a) => self.progress_text(a).await,
                     None => String::new(),
@@ -350,4 +355,11 @@ impl SchemaJobs for Jobs {
             Ok(())
         })
     }
+}
+
+/// True when composite index names `a` and `b` have the same fields in any order (compared
+/// case-insensitively, as keys are).
+fn same_fields(a: &str, b: &str) -> bool {
+    let set = |n: &str| fields_of(n).into_iter().map(str::to_lowercase).collect::<std::collections::BTreeSet<_>>();
+    is_composite(b) && set(a) == set(b)
 }

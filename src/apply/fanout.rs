@@ -355,8 +355,7 @@ fn moved_partitions<'r>(
     let mut out: Vec<String> = Vec::new();
     for candidate in candidates {
         for field in schema.added_keys() {
-            let Some(value) = crate::schema::Schema::index_value(candidate, field) else { continue };
-            let Ok(pk) = schema.partition_key(field, &value) else { continue };
+            let Ok(Some(pk)) = schema.index_partition(candidate, field) else { continue };
             if !keys.partitions.iter().any(|(_, p)| *p == pk) && !out.contains(&pk) {
                 out.push(pk);
             }

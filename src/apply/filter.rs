@@ -31,9 +31,9 @@ use super::fanout::RowWrite;
 use crate::env::Instant;
 use crate::error::Result;
 use crate::history::{Change, ChangeOp};
+use crate::index_choice::Purpose;
 use crate::query::Filter;
 use crate::record::{self, Record, RowMeta};
-use crate::schema::IndexState;
 use crate::store::{pager, BatchOp, Entity, IfMatch, RowRange, StoreError, Value, MAX_BATCH_OPS, MAX_PAGE};
 use crate::wal::entry::RESUME;
 use crate::wal::{Op, ShardId, WalEntry, WalId, TOMBSTONES};
@@ -119,9 +119,13 @@ impl Applier {
         let schema = current.with_dropping_maintained().map_or(current, std::sync::Arc::new);
         // Validated against an active index when logged. An index being dropped keeps its rows
         // until the drop's job runs, which starts only once the drop's entry is applied, and
-        // every entry before it in shard 0 is applied first: resolve through it.
-        let usable = |f: &str| schema.is_index(f) || schema.index_state(f) == Some(IndexState::Dropping);
-        let gone = filter.fields.iter().find(|(f, _)| !usable(f)).map(|(f, _)| f.clone());
+        // every entry before it in shard 0 is applied first: resolve through it. Which index
+        // (a composite one for exactly its fields, else the first field's): `crate::index_choice`.
+        let index = filter.choose_index(&schema, Purpose::Apply);
+        let gone = match &index {
+            Some(_) => None,
+            None => Some(filter.fields.iter().map(|(f, _)| f.as_str()).collect::<Vec<_>>().join("&")),
+        };
         let new_keys = new_record.map(|r| schema.record_keys(r)).transpose()?;
         let new_identity = new_keys.as_ref().map(|k| &k.row_key);
         let new_rows: BTreeSet<(String, String)> =
@@ -129,8 +133,8 @@ impl Applier {
         let target = Target { entry, filter, op, schema: &schema, new_rows: &new_rows, new_identity };
         let mut handled: BTreeSet<String> = BTreeSet::new();
         let resume = entry.resume.as_deref();
-        if gone.is_none() {
-            let pk = filter.partition_key(&schema)?;
+        if let Some(index) = &index {
+            let pk = filter.partition_of(&schema, index)?;
             // Pruned on the server, like a lookup; after the rows earlier attempts handled.
             let ranges: Vec<RowRange> = filter.row_ranges().into_iter().map(|r| after_resume(r, resume)).collect();
             let page_size = self.opts.filter_page.clamp(1, MAX_PAGE);

@@ -3,8 +3,8 @@
 //! | route | does |
 //! |---|---|
 //! | `GET /api/indexes` | every index with its state (and its job's progress while one runs) |
-//! | `POST /api/indexes` | add an index: body `{"field": "country"}`; 202 with the change |
-//! | `DELETE /api/indexes/{field}` | drop an added index; 202 with the change |
+//! | `POST /api/indexes` | add an index: body `{"field": "country"}` (or a composite index, `{"field": "country+subd"}`); 202 with the change |
+//! | `DELETE /api/indexes/{field}` | drop an added index (`/api/indexes/country+subd` for a composite one); 202 with the change |
 //!
 //! Errors: 400 for a bad field name or body, 404 for an unknown index, 409 for an index
 //! that exists already, an identity field (drop) or a backfilling index (drop).

@@ -5,7 +5,7 @@
 //! |---|---|
 //! | `POST /api/records[?wait=true][&upsert=true]` | insert one record (body: JSON object); 202, or 201 when applied (`wait`) |
 //! | `PUT /api/records?field=value[&row_from=..&row_to=..][&wait=true]` | replace the matching records with the body; without a filter, upsert |
-//! | `GET /api/records?field=value[&field2=value2][&row_from&row_to][&limit&continuation][&consistent=true]` | `{records, continuation}`; `consistent`: every write acknowledged before the request is included (503 + `Retry-After` when a backlog is in the way) |
+//! | `GET /api/records?field=value[&field2=value2][&row_from&row_to][&limit&continuation][&consistent=true]` | `{records, continuation}`; `consistent`: every write acknowledged before the request is included (503 + `Retry-After` when a backlog is in the way); header `X-TableCatalog-Index` names the index read ([`INDEX_HEADER`]) |
 //! | `DELETE /api/records?field=value[&row_from&row_to][&wait=true]` | delete the matching records; 202 `{id}` |
 //! | `POST /api/records/batch[?wait=true]` | upsert a JSON array or JSON lines; one result per input |
 //! | `GET /api/records/history?field=value[&limit&continuation]` | `{history: [{identity, op, wal_id, time, time_us, record}], continuation}`, newest first ([`crate::history`]); 404 when the catalog keeps no history |
@@ -44,6 +44,10 @@ use crate::record::Record;
 /// Query parameters that are not filter fields. `code` is the Functions key.
 const RESERVED: [&str; 9] =
     ["wait", "limit", "continuation", "row_from", "row_to", "upsert", "consistent", "code", "allow_partial"];
+
+/// The response header of `GET /api/records` naming the index the lookup read: a field, or
+/// a composite index such as `country+subd` (`crate::index_choice`).
+pub const INDEX_HEADER: &str = "x-tablecatalog-index";
 
 /// The API routes.
 pub fn router(catalog: AppState) -> Router {
@@ -220,7 +224,11 @@ async fn query_records(State(c): State<AppState>, RawQuery(q): RawQuery) -> Resu
         c.query(&filter, limit, token).await?
     };
     let records: Vec<Record> = page.records.into_iter().map(|f| f.record).collect();
-    Ok(Json(json!({"records": records, "continuation": page.continuation})).into_response())
+    let body = Json(json!({"records": records, "continuation": page.continuation}));
+    match axum::http::HeaderValue::from_str(&page.index) {
+        Ok(index) => Ok(([(INDEX_HEADER, index)], body).into_response()),
+        Err(_) => Ok(body.into_response()),
+    }
 }
 
 async fn delete_records(State(c): State<AppState>, RawQuery(q): RawQuery) -> Result<Response, ApiError> {

@@ -54,10 +54,11 @@ pub(crate) struct IndexJobParams {
     pub segment: Option<Segment>,
 }
 
-/// A field name that [`crate::record::validate_field_name`] accepts.
+/// An index name that [`crate::composite::validate_index_name`] accepts (a field name, or
+/// a composite index's fields joined by `+`).
 fn field_name<'de, D: Deserializer<'de>>(d: D) -> std::result::Result<String, D::Error> {
     let field = String::deserialize(d)?;
-    crate::record::validate_field_name(&field).map_err(serde::de::Error::custom)?;
+    crate::composite::validate_index_name(&field).map_err(serde::de::Error::custom)?;
     Ok(field)
 }
 

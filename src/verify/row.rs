@@ -214,7 +214,7 @@ fn judge(schema: &Schema, keys: &RecordKeys, slots: &[Slot]) -> (RecordCheck, Ve
     };
     let newest_payload = record::payload(newest_row, newest_meta);
     let upsert = || Some(Fix::Upsert(newest_payload.clone()));
-    let delete = || Some(Fix::Delete(identity_filter(keys, &live[0].pk, &newest_payload)));
+    let delete = || Some(Fix::Delete(identity_filter(schema, keys, &live, &newest_payload)));
 
     let any_tombstone = slots.iter().any(|s| s.row.as_ref().is_some_and(|(_, m)| m.deleted));
     if any_tombstone {
@@ -245,9 +245,31 @@ fn judge(schema: &Schema, keys: &RecordKeys, slots: &[Slot]) -> (RecordCheck, Ve
     (RecordCheck { live: true, fix }, findings)
 }
 
-/// A filter that names exactly the identity `keys.row_key`: every index value of the record,
-/// the one of partition `first_pk` first (a delete reads that partition), and the RowKey.
-fn identity_filter(keys: &RecordKeys, first_pk: &str, payload: &Record) -> Filter {
+/// A filter that names exactly the identity `keys.row_key` and reads a partition where the
+/// record has a live row (a delete finds it there, then removes every row of it): the
+/// first live row of a single-field index (of a composite one when it is the only live row).
+/// It names the RowKey and every single-field index value of the record, the one of that
+/// partition first (the first field's partition is read). With composite indexes in the
+/// schema it names only that partition's index's fields: a filter naming exactly a
+/// composite index's fields reads that index (`crate::index_choice`), whose row may be the
+/// missing one; the RowKey pins the record.
+fn identity_filter(schema: &Schema, keys: &RecordKeys, live: &[&Slot], payload: &Record) -> Filter {
+    let index_of = |pk: &str| keys.partitions.iter().find(|(_, p)| p == pk).map(|(f, _)| f.as_str());
+    let first_pk = live
+        .iter()
+        .map(|s| s.pk.as_str())
+        .find(|pk| index_of(pk).is_some_and(|f| !crate::composite::is_composite(f)))
+        .or_else(|| live.first().map(|s| s.pk.as_str()))
+        .unwrap_or_default();
+    if schema.composites().next().is_some() {
+        let fields = index_of(first_pk)
+            .map(crate::composite::fields_of)
+            .unwrap_or_default()
+            .into_iter()
+            .filter_map(|f| Schema::index_value(payload, f).map(|v| (f.to_string(), v)))
+            .collect();
+        return Filter::new(fields).identity(keys.row_key.clone());
+    }
     let mut fields: Vec<(String, String)> = Vec::with_capacity(keys.partitions.len());
     for (field, pk) in &keys.partitions {
         if let Some(value) = Schema::index_value(payload, field) {

@@ -30,12 +30,12 @@ use common::Backend;
 const COUNTRIES: [&str; 5] = ["US", "CA", "MX", "GB", "FR"];
 const ZONES: [&str; 4] = ["America/Chicago", "America/New_York", "Europe/Paris", "UTC"];
 
-fn airports(n: usize) -> Vec<Record> {
+pub(crate) fn airports(n: usize) -> Vec<Record> {
     let rows = import::read_file(&common::airports_csv(), Format::Csv, &common::airports_schema()).unwrap();
     rows.into_iter().take(n).map(|(_, r)| r.expect("valid airport row")).collect()
 }
 
-fn size(backend: Backend) -> usize {
+pub(crate) fn size(backend: Backend) -> usize {
     match backend {
         Backend::Local | Backend::Simulated => 3_000,
         Backend::Azurite => 600,
@@ -44,12 +44,12 @@ fn size(backend: Backend) -> usize {
 
 /// A second catalog instance on the same store and tables: its own WAL clock owner, applier,
 /// leases and schema copy, as another process would have.
-async fn second(c: &Catalog) -> Arc<Catalog> {
+pub(crate) async fn second(c: &Catalog) -> Arc<Catalog> {
     let opts = CatalogOptions { wal: c.options().wal.clone(), ..CatalogOptions::default() };
     Arc::new(Catalog::open(c.store().clone(), c.names().clone(), common::airports_schema(), opts).await.unwrap())
 }
 
-fn opts() -> CatalogOptions {
+pub(crate) fn opts() -> CatalogOptions {
     let mut o = CatalogOptions::default();
     o.wal.shards = 4;
     o.wal.lease_duration = Duration::from_secs(4);
@@ -58,7 +58,7 @@ fn opts() -> CatalogOptions {
 
 /// 8 writers, alternating between the two instances: upserts that move records between
 /// countries and time zones, and every 25th operation a delete by `icao`.
-fn writers(
+pub(crate) fn writers(
     cs: [Arc<Catalog>; 2],
     records: Arc<Vec<Record>>,
     stop: Arc<AtomicBool>,
@@ -97,7 +97,7 @@ fn writers(
 }
 
 /// Applies both instances' WAL continuously (as their queue workers would).
-fn appliers(cs: [Arc<Catalog>; 2], stop: Arc<AtomicBool>) -> tokio::task::JoinHandle<()> {
+pub(crate) fn appliers(cs: [Arc<Catalog>; 2], stop: Arc<AtomicBool>) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         while !stop.load(Ordering::Relaxed) {
             for c in &cs {
@@ -111,7 +111,7 @@ fn appliers(cs: [Arc<Catalog>; 2], stop: Arc<AtomicBool>) -> tokio::task::JoinHa
 /// Waits until index `field` is in state `want` (`None`: gone); fails showing the index and
 /// its job when its job makes no progress (steps done, counters) for 5 minutes (Azurite
 /// shares its one thread with the writers; a slow job is not a stuck one).
-async fn wait_state(c: &Catalog, field: &str, want: Option<IndexState>, label: &str) {
+pub(crate) async fn wait_state(c: &Catalog, field: &str, want: Option<IndexState>, label: &str) {
     let mut progress = (String::new(), std::time::Instant::now());
     loop {
         let list = indexes::list(c).await.unwrap();
@@ -135,7 +135,7 @@ async fn wait_state(c: &Catalog, field: &str, want: Option<IndexState>, label: &
 }
 
 /// Every live record once, from a whole-table export.
-async fn live_records(c: &Catalog) -> Vec<Record> {
+pub(crate) async fn live_records(c: &Catalog) -> Vec<Record> {
     let schema = c.schema();
     table_catalog::testing::export::records(c.store().as_ref(), &c.names().table, &schema, 1000)
         .try_collect()
@@ -174,7 +174,7 @@ async fn check_lookups(c: &Catalog, field: &str, label: &str) {
     }
 }
 
-async fn verify_clean(c: &Catalog, label: &str) {
+pub(crate) async fn verify_clean(c: &Catalog, label: &str) {
     let schema = c.schema();
     let report = table_catalog::testing::verify::verify(c.store().as_ref(), &c.names().table, &schema).await.unwrap();
     assert_eq!(report.total_findings(), 0, "{label}: {:?} {:#?}", report.findings, report.violations);
@@ -182,7 +182,7 @@ async fn verify_clean(c: &Catalog, label: &str) {
 
 /// Drains both instances' WAL (nothing pending afterwards). Fails when the backlog stops
 /// shrinking for 60 s (a stuck applier), not when a long backlog takes long (a loaded machine).
-async fn drain(cs: &[Arc<Catalog>; 2]) {
+pub(crate) async fn drain(cs: &[Arc<Catalog>; 2]) {
     const NO_PROGRESS: std::time::Duration = std::time::Duration::from_secs(60);
     let mut progress = (u64::MAX, std::time::Instant::now());
     loop {

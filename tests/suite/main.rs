@@ -12,6 +12,7 @@ mod allocator;
 mod azure_store;
 mod catalog;
 mod cli_parity;
+mod composite_indexes;
 mod conformance;
 mod crash_kill;
 mod export;

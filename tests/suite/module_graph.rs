@@ -21,6 +21,9 @@ use std::path::{Path, PathBuf};
 /// A module path below the crate root (`["store", "local"]`); the root is empty.
 type Module = Vec<String>;
 
+/// A circle: its nodes, and the edges that make it (from, to, the reference).
+type Circle<'g> = (Vec<Module>, Vec<(Module, Module, &'g Edge)>);
+
 /// One reference from a module to another, with where it is written.
 #[derive(Debug, Clone)]
 struct Edge {
@@ -467,7 +470,7 @@ fn graph() -> Graph {
 
 /// The circles (strongly connected components of more than one node) of the graph whose
 /// nodes are `group(module)` (modules it maps to `None` are left out), each with its edges.
-fn circles(g: &Graph, group: impl Fn(&Module) -> Option<Module>) -> Vec<(Vec<Module>, Vec<(Module, Module, &Edge)>)> {
+fn circles(g: &Graph, group: impl Fn(&Module) -> Option<Module>) -> Vec<Circle<'_>> {
     let mut adj: BTreeMap<Module, BTreeMap<Module, Vec<&Edge>>> = BTreeMap::new();
     for m in &g.modules {
         if let Some(n) = group(m) {
@@ -555,7 +558,7 @@ fn circles(g: &Graph, group: impl Fn(&Module) -> Option<Module>) -> Vec<(Vec<Mod
 }
 
 /// The circles as text: each with its edges, and up to three source lines per edge.
-fn report(what: &str, found: &[(Vec<Module>, Vec<(Module, Module, &Edge)>)]) -> String {
+fn report(what: &str, found: &[Circle<'_>]) -> String {
     let mut out = String::new();
     for (scc, edges) in found {
         let names: Vec<String> = scc.iter().map(|m| name(m)).collect();
@@ -578,7 +581,7 @@ fn report(what: &str, found: &[(Vec<Module>, Vec<(Module, Module, &Edge)>)]) -> 
     out
 }
 
-fn check(what: &str, found: Vec<(Vec<Module>, Vec<(Module, Module, &Edge)>)>) {
+fn check(what: &str, found: Vec<Circle<'_>>) {
     let text = report(what, &found);
     assert!(found.is_empty(), "{} circle(s) in the module graph of src/:\n{text}", found.len());
 }
