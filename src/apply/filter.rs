@@ -116,12 +116,15 @@ impl Applier {
         // group is applied again with the newer schema (`Error::SchemaChanged`; simulator
         // seeds 277, 5215; docs/ARCHITECTURE.md, "Order", step 10).
         let current = self.schema();
+        let stored = current.clone();
         let schema = current.with_dropping_maintained().map_or(current, std::sync::Arc::new);
         // Validated against an active index when logged. An index being dropped keeps its rows
         // until the drop's job runs, which starts only once the drop's entry is applied, and
         // every entry before it in shard 0 is applied first: resolve through it. Which index
         // (a composite one for exactly its fields, else the first field's): `crate::index_choice`.
-        let index = filter.choose_index(&schema, Purpose::Apply);
+        // (With the states as stored: `with_dropping_maintained` shows a dropping index as
+        // active, and a dropping composite index must not be preferred.)
+        let index = filter.choose_index(&stored, Purpose::Apply);
         let gone = match &index {
             Some(_) => None,
             None => Some(filter.fields.iter().map(|(f, _)| f.as_str()).collect::<Vec<_>>().join("&")),

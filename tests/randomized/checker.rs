@@ -307,7 +307,7 @@ impl Universe {
 }
 
 fn matches(filter: &(String, String), identity: &Record) -> bool {
-    linearizable::has(identity, filter)
+    linearizable::has(identity, &linearizable::one(filter))
 }
 
 /// How the workload crossed shards, counted on a replay of the acknowledged operations in
@@ -1189,8 +1189,8 @@ fn project(history: &[Op], observed: &Observed, rk: &str) -> Vec<Event> {
     for op in history {
         let action = match &op.kind {
             Kind::Upsert(r) | Kind::Replace(_, r) if op.rk.as_deref() == Some(rk) => Action::Write(r.clone()),
-            Kind::Replace(f, _) | Kind::Delete(f) if written.iter().any(|r| linearizable::has(r, f)) => {
-                Action::Remove(f.clone())
+            Kind::Replace(f, _) | Kind::Delete(f) if written.iter().any(|r| matches(f, r)) => {
+                Action::Remove(linearizable::one(f))
             }
             _ => continue,
         };

@@ -12,8 +12,9 @@
 //! **Workload.** Upserts, inserts, replaces and deletes by filter on six airports whose
 //! identifiers (`icao`, `iata`, `lid`) collide and move, so filters match several records
 //! and replaces move records between identities and shards; filters on `country`, an index
-//! added online during the run (and dropped and added again), so records move between its
-//! values while filters on it run; `consistent=true` reads; queue intents, some delivered
+//! added online during the run (and dropped and added again), and on `country` and `iata`
+//! together, which read the composite index `country+iata` while it is active (it is added
+//! and dropped online too), so records move between their values while filters on them run; `consistent=true` reads; queue intents, some delivered
 //! twice with the same message id.
 //!
 //! **Faults.** query pages cut short or empty, the first included, with a continuation
@@ -72,6 +73,14 @@ const CLIENTS: usize = 4;
 const AIRPORTS: [&str; 6] = ["KAAA", "KBBB", "KCCC", "KDDD", "KEEE", "KFFF"];
 const CODES: [&str; 4] = ["AAA", "BBB", "CCC", "DDD"];
 const COUNTRIES: [&str; 3] = ["US", "CA", "MX"];
+/// The composite index the operator adds and drops (issue 31): filters on both its fields
+/// read its partition while it is active.
+const COMPOSITE: &str = "country+iata";
+
+/// A filter as an intent's `filter` object.
+fn as_json(f: &linearizable::Filter) -> serde_json::Value {
+    serde_json::Value::Object(f.iter().map(|(k, v)| (k.clone(), json!(v))).collect())
+}
 /// The probability that a query page is cut short (an empty first page with a token
 /// included), as Azure may cut any page: every continuation loop is exercised.
 const SHORT_PAGES: f64 = 0.05;
@@ -116,9 +125,9 @@ struct Op {
 #[derive(Debug, Clone)]
 enum Kind {
     Write(Record),
-    Remove((String, String)),
+    Remove(linearizable::Filter),
     /// Remove what matches, then write the record.
-    Replace((String, String), Record),
+    Replace(linearizable::Filter, Record),
     /// A consistent read by `icao`: the records it returned.
     Read {
         icao: String,
@@ -231,12 +240,20 @@ fn record(rng: &mut StdRng, client: usize, v: u64) -> Record {
     r.as_object().cloned().unwrap_or_default()
 }
 
-fn filter(rng: &mut StdRng) -> (String, String) {
-    match rng.gen_range(0..4) {
-        0 => ("icao".into(), AIRPORTS[rng.gen_range(0..AIRPORTS.len())].into()),
-        1 => ("iata".into(), CODES[rng.gen_range(0..CODES.len())].into()),
-        2 => ("lid".into(), CODES[rng.gen_range(0..CODES.len())].into()),
-        _ => ("country".into(), COUNTRIES[rng.gen_range(0..COUNTRIES.len())].into()),
+/// A filter on one identifier or on `country`, or on `country` and `iata` together: the
+/// fields of the composite index [`COMPOSITE`], which it reads while that index is active
+/// (else it reads `country`'s index, or is refused when neither is active).
+fn filter(rng: &mut StdRng) -> linearizable::Filter {
+    let country = |rng: &mut StdRng| ("country".to_string(), COUNTRIES[rng.gen_range(0..COUNTRIES.len())].to_string());
+    match rng.gen_range(0..5) {
+        0 => vec![("icao".into(), AIRPORTS[rng.gen_range(0..AIRPORTS.len())].into())],
+        1 => vec![("iata".into(), CODES[rng.gen_range(0..CODES.len())].into())],
+        2 => vec![("lid".into(), CODES[rng.gen_range(0..CODES.len())].into())],
+        3 => vec![country(rng)],
+        _ => {
+            let c = country(rng);
+            vec![c, ("iata".into(), CODES[rng.gen_range(0..CODES.len())].into())]
+        }
     }
 }
 
@@ -283,8 +300,8 @@ impl World {
             let result = if intent {
                 let msg = match &kind {
                     Kind::Write(r) => json!({"v": 1, "op": "upsert", "record": r}),
-                    Kind::Replace((k, val), r) => json!({"v": 1, "op": "replace", "filter": {k: val}, "record": r}),
-                    Kind::Remove((k, val)) => json!({"v": 1, "op": "delete", "filter": {k: val}}),
+                    Kind::Replace(f, r) => json!({"v": 1, "op": "replace", "filter": as_json(f), "record": r}),
+                    Kind::Remove(f) => json!({"v": 1, "op": "delete", "filter": as_json(f)}),
                     Kind::Read { .. } => unreachable!("reads are not intents"),
                 };
                 let text = msg.to_string();
@@ -307,10 +324,8 @@ impl World {
                 let written = match &kind {
                     Kind::Write(r) if roll % 7 == 0 => c.insert(r.clone(), wait).await,
                     Kind::Write(r) => c.upsert(r.clone(), wait).await,
-                    Kind::Replace((k, val), r) => {
-                        c.replace(Filter::new(vec![(k.clone(), val.clone())]), r.clone(), wait).await
-                    }
-                    Kind::Remove((k, val)) => c.delete(Filter::new(vec![(k.clone(), val.clone())]), wait).await,
+                    Kind::Replace(f, r) => c.replace(Filter::new(f.clone()), r.clone(), wait).await,
+                    Kind::Remove(f) => c.delete(Filter::new(f.clone()), wait).await,
                     Kind::Read { .. } => unreachable!("handled above"),
                 };
                 written.map(|w| Some(w.id))
@@ -319,9 +334,10 @@ impl World {
             match result {
                 Ok(wal_id) => {
                     let ended = (!intent).then_some(ended);
-                    // A queued intent is validated when it is consumed: one filtering on the
-                    // added index is refused (poisoned) if the index is not active then.
-                    let on_added = matches!(&kind, Kind::Remove((f, _)) | Kind::Replace((f, _), _) if f == "country");
+                    // A queued intent is validated when it is consumed: one filtering on an
+                    // added index is refused (poisoned) if no index serving it is active then.
+                    let on_added =
+                        matches!(&kind, Kind::Remove(f) | Kind::Replace(f, _) if f.iter().any(|(k, _)| k == "country"));
                     let required = !(intent && on_added);
                     self.log(Op { kind, issued, ended, required, wal_id, label });
                 }
@@ -335,13 +351,21 @@ impl World {
         }
     }
 
-    /// Adds and drops the `country` index while the clients write.
+    /// Adds and drops the `country` index and the composite [`COMPOSITE`] while the clients
+    /// write: each step adds or drops one of them, picked at random (an add of one that
+    /// exists, or a drop of one that is backfilling, is refused and changes nothing).
     async fn operator(self: Arc<Self>, steps: usize) {
         let mut rng = StdRng::seed_from_u64(env::seed());
-        for step in 0..steps {
+        let mut present = [false, false];
+        for _ in 0..steps {
             env::sleep(Duration::from_millis(rng.gen_range(200..2_000))).await;
             let c = self.pick(&mut rng).catalog.clone();
-            let _ = if step % 2 == 0 { indexes::add(&c, "country").await } else { indexes::drop(&c, "country").await };
+            let which = rng.gen_range(0..2);
+            let field = ["country", COMPOSITE][which];
+            let done = if present[which] { indexes::drop(&c, field).await } else { indexes::add(&c, field).await };
+            if done.is_ok() {
+                present[which] = !present[which];
+            }
         }
     }
 
@@ -394,7 +418,7 @@ pub fn run(sim: Sim) -> Outcome {
         }
         let per_client = sim.ops / CLIENTS;
         let clients: Vec<_> = (0..CLIENTS).map(|c| tokio::spawn(world.clone().client(c, per_client))).collect();
-        let operator = tokio::spawn(world.clone().operator(3));
+        let operator = tokio::spawn(world.clone().operator(4));
         let chaos = tokio::spawn(world.clone().chaos(2));
         for c in clients {
             c.await.unwrap();
@@ -511,7 +535,7 @@ async fn linearizability(world: &World) -> Vec<String> {
                     let mine = found.iter().find(|r| identity(r).as_deref() == Some(rk));
                     let expect = match mine {
                         Some(r) => Expect::Is(Some(r.clone())),
-                        None => Expect::Lacks(("icao".into(), icao.clone())),
+                        None => Expect::Lacks(vec![("icao".into(), icao.clone())]),
                     };
                     events.push(ev(Action::Read(expect)));
                 }

@@ -359,7 +359,7 @@ async fn moved_to_ca(c: &Catalog, label: &str) {
 }
 
 /// A fresh catalog with an active index `country` added online (no records yet).
-async fn with_active_country(backend: Backend, label: &str) -> Arc<Catalog> {
+pub(crate) async fn with_active_country(backend: Backend, label: &str) -> Arc<Catalog> {
     let c = common::catalog_with(backend, common::airports_schema(), opts()).await;
     let (worker_stop, worker_rx) = tokio::sync::watch::channel(false);
     let opts = ServeOptions { scan_workers: 2, ..ServeOptions::default() };

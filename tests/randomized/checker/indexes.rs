@@ -672,7 +672,7 @@ pub fn check_lookups(
                 out.push(format!("{what}: returned {rk}, which nobody wrote"));
             }
         }
-        let filter = (l.field.to_string(), l.value.to_string());
+        let filter = vec![(l.field.to_string(), l.value.to_string())];
         exact.push(ExactLookup { filter, issued: l.issued, ended: l.ended, found: got, what });
     }
     (out, exact)

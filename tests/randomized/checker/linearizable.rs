@@ -53,14 +53,29 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 
 use table_catalog::record::Record;
 
-/// A filter on one field: `(field, value)`.
-pub type Filter = (String, String);
+/// A filter: `(field, value)` pairs, all of which a record must have (one pair, or two for
+/// a composite index's fields).
+pub type Filter = Vec<(String, String)>;
 
-/// Whether `r` has `field` = `value` as a filter sees it (non-empty, case-insensitive).
-pub fn has(r: &Record, (field, value): &Filter) -> bool {
-    r.get(field.as_str())
-        .and_then(|v| v.as_str())
-        .is_some_and(|v| !v.is_empty() && v.to_lowercase() == value.to_lowercase())
+/// A filter on one field.
+pub fn one((field, value): &(String, String)) -> Filter {
+    vec![(field.clone(), value.clone())]
+}
+
+/// Whether `r` has every `field` = `value` of the filter as a filter sees it (non-empty,
+/// case-insensitive).
+pub fn has(r: &Record, filter: &Filter) -> bool {
+    !filter.is_empty()
+        && filter.iter().all(|(field, value)| {
+            r.get(field.as_str())
+                .and_then(|v| v.as_str())
+                .is_some_and(|v| !v.is_empty() && v.to_lowercase() == value.to_lowercase())
+        })
+}
+
+/// The filter as a query string (`country=US&iata=AAA`).
+pub fn show(filter: &Filter) -> String {
+    filter.iter().map(|(f, v)| format!("{f}={v}")).collect::<Vec<_>>().join("&")
 }
 
 /// What an operation does to the record (see the module docs).
@@ -314,8 +329,8 @@ impl<'a> Search<'a> {
             (Action::Write(r), Some(written)) if r == written => Ok(()),
             (Action::Write(_), _) => Err("the row holds another state than it writes".into()),
             (Action::Remove(f), None) if state.is_some_and(|r| has(r, f)) => Ok(()),
-            (Action::Remove((field, value)), None) => {
-                Err(format!("the record then ({}) does not have {field}={value}, so it removes nothing", brief(state)))
+            (Action::Remove(f), None) => {
+                Err(format!("the record then ({}) does not have {}, so it removes nothing", brief(state), show(f)))
             }
             (Action::Remove(_), Some(_)) => Err("the row holds a record, not a removal".into()),
             (Action::Read(_), _) => Err("a read writes no row".into()),
@@ -484,7 +499,7 @@ mod tests {
     }
 
     fn filter(field: &str, value: &str) -> Filter {
-        (field.to_string(), value.to_string())
+        vec![(field.to_string(), value.to_string())]
     }
 
     /// An acknowledged operation, issued and acknowledged at these times, logged under `id`.
