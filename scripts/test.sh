@@ -7,7 +7,9 @@
 #     every `cargo test` has it through the crate's dev-dependency on itself) and, beside it, the
 #     Functions package the package check inspects (`scripts/package.sh`, profile
 #     `package-check`, in its own target folder `target/package` so the two builds do not wait
-#     on one cargo lock; the package check's own `scripts/package.sh` then finds it built);
+#     on one cargo lock; niced, so it takes the CPU the others leave idle); the tests start
+#     when the test build ends, the package build going on beside them, and the package check's own `scripts/package.sh` run waits for it on
+#     cargo's lock and then finds it built;
 #   - runs the tests in two lanes side by side, each part its own `cargo test`, printed whole
 #     when it ends:
 #       lane `long`: the `suite` binary's longest tests (three `serve` processes, kills, the
@@ -75,8 +77,9 @@ else
         # The package check's build, in its own target folder (TC_PACKAGE_TARGET_DIR, which the
         # package check passes on to its own scripts/package.sh run).
         export TC_PACKAGE_TARGET_DIR="$root/target/package"
+        # Niced: it takes the CPU the test build and then the tests leave idle.
         TC_PACKAGE_PROFILE=package-check TC_PACKAGE_OUT="$logs/package" \
-            bash scripts/package.sh >"$logs/package-build.log" 2>&1 &
+            nice -n 10 bash scripts/package.sh >"$logs/package-build.log" 2>&1 &
         package_pid=$!
     fi
     # shellcheck source=scripts/azurite.sh
@@ -85,11 +88,8 @@ else
     [ -n "${TC_TEST_AZURE_CONNECTION:-}" ] && [ -n "$long_cs" ] || { echo "scripts/test.sh: an Azurite instance did not start" >&2; exit 1; }
     wait "$build_pid" || status=$?
     cat "$logs/build.log"
-    if [ -n "$package_pid" ] && ! wait "$package_pid"; then
-        # The package check reports it (it runs scripts/package.sh again); shown here early.
-        echo "scripts/test.sh: the package build failed (the package check will say why):" >&2
-        tail -20 "$logs/package-build.log" >&2
-    fi
+    # The lanes start without waiting for the package build: it goes on beside the first
+    # tests, and the package check's own scripts/package.sh run waits for it on cargo's lock.
     if [ "$status" -eq 0 ]; then
         echo "scripts/test.sh: built in $(elapsed); running the two lanes" >&2
         # The suite's longest tests (1-2 minutes each on 2 cores): run in name order among the
@@ -146,6 +146,11 @@ else
         # The lanes only: Azurite, started by this shell, is a background job too.
         wait "$long_pid" "$main_pid"
         echo "scripts/test.sh: both lanes ended after $(elapsed)" >&2
+    fi
+    if [ -n "$package_pid" ] && ! wait "$package_pid"; then
+        # The package check reports it too (it runs scripts/package.sh again).
+        echo "scripts/test.sh: the package build failed:" >&2
+        tail -20 "$logs/package-build.log" >&2
     fi
 fi
 
