@@ -21,8 +21,10 @@
 //! **When a filter entry is applied** (delete, replace), with the schema as stored (the
 //! states as they are, not as `Schema::with_dropping_maintained` rewrites them):
 //! 1. an exact composite index only while it is *active* (complete);
-//! 2. else, when every field is a maintained or dropping single-field index, the first
-//!    field's (a dropping one keeps its rows exact until its job removes them);
+//! 2. else the first field whose single-field index is complete: active, or dropping (its
+//!    rows stay exact until its job removes them), never backfilling; else, when every
+//!    field is a maintained single-field index (a backfilling state can be this process's
+//!    stale copy), the first field's;
 //! 3. else an exact composite index that is dropping or backfilling: the filter could only
 //!    have been validated through it while it was active (no single-field rule serves it),
 //!    so it is complete (a backfilling state is this process's stale copy), and a dropping
@@ -33,6 +35,10 @@
 //! emptied the composite's partitions, and would find nothing there (found by the
 //! simulator, seed 12, once it added and dropped `country+iata`; a lost acknowledged
 //! delete). Test `composite_indexes::a_delete_by_a_dropped_composite_index_fields_reads_a_single_field_index`.
+//! Nor is a backfilling single-field index read when a complete one serves: an entry
+//! validated through `country+iata` while it was active, applied after its drop was logged
+//! and `country` was added (still backfilling), read `country`'s incomplete partition and
+//! lost the delete (simulator, seed 226); it reads `iata` instead.
 
 use std::collections::BTreeSet;
 
@@ -88,6 +94,16 @@ impl Filter {
             },
             Purpose::Apply => schema.is_index(f) || schema.index_state(f) == Some(IndexState::Dropping),
         };
+        if purpose == Purpose::Apply {
+            // The first field whose index is complete (active or dropping): a backfilling one
+            // lacks older records' rows. An entry validated through a composite index since
+            // dropped may be applied after another index on one of its fields was added, and
+            // that index is still backfilling (simulator seed 226).
+            let complete = |f: &str| matches!(schema.index_state(f), Some(IndexState::Active | IndexState::Dropping));
+            if let Some((f, _)) = self.fields.iter().find(|(f, _)| complete(f)) {
+                return Some(f.clone());
+            }
+        }
         if self.fields.iter().all(|(f, _)| single(f)) {
             return Some(first.clone());
         }
@@ -267,6 +283,15 @@ mod tests {
             ("country+subd", IndexState::Active),
         ]);
         assert_eq!(f.choose_index(&single_dropping, Purpose::Apply).as_deref(), Some("country+subd"));
+    }
+
+    #[test]
+    fn an_applied_filter_never_reads_a_backfilling_index_when_a_complete_one_serves() {
+        // Simulator seed 226: validated through `country+iata` while active; applied after
+        // its drop was logged and `country` was added, still backfilling.
+        let f = filter(&[("country", "US"), ("iata", "AAA")]);
+        let s = schema(&[("country+iata", IndexState::Dropping), ("country", IndexState::Backfilling)]);
+        assert_eq!(f.choose_index(&s, Purpose::Apply).as_deref(), Some("iata"));
     }
 
     #[test]

@@ -417,4 +417,39 @@ common::backend_tests! {
         let left = c.query(&Filter::new(vec![("icao".into(), value("icao"))]), 10, None).await.unwrap();
         assert!(left.records.is_empty(), "{label}: the acknowledged delete removed nothing: {:?}", left.records);
     }
+
+    /// Found by the simulator (seed 226): a delete by `country` and `iata`, validated through
+    /// the active `country+iata` (`country` was no index), was applied after the composite's
+    /// drop was logged and `country` was added; `country` was still backfilling, its
+    /// partition held no row of the older records, and reading it lost the acknowledged
+    /// delete. A complete index on one of the filter's fields (`iata`) serves instead.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_delete_through_a_dropped_composite_applied_while_a_field_of_it_backfills_reads_a_complete_index(backend) {
+        let label = format!("{backend:?}");
+        let c = common::catalog_with(backend, common::airports_schema(), opts()).await;
+        let both_set = |r: &Record| ["country", "iata"].iter().all(|f| r.get(*f).and_then(Value::as_str).is_some_and(|v| !v.is_empty()));
+        let some: Vec<Record> = airports(5_000).into_iter().filter(both_set).take(20).collect();
+        c.upsert_many(some, true).await.unwrap();
+        let (worker_stop, worker_rx) = tokio::sync::watch::channel(false);
+        let workers = ServeOptions { scan_workers: 2, ..ServeOptions::default() };
+        let scan = tokio::spawn(table_catalog::server::run_scan_worker(c.clone(), workers, worker_rx));
+        indexes::add(&c, "country+iata").await.unwrap();
+        c.recover().await.unwrap();
+        wait_state(&c, "country+iata", Some(IndexState::Active), &label).await;
+        worker_stop.send_replace(true);
+        scan.await.unwrap();
+        let target = live_records(&c).await.into_iter().find(both_set).expect("an airport with a country and an IATA code");
+        let value = |f: &str| target[f].as_str().unwrap().to_string();
+        // Logged through the composite index (no scan worker, nothing applied yet), then the
+        // composite's drop and `country`'s add are logged behind it.
+        let both = Filter::new(vec![("country".into(), value("country")), ("iata".into(), value("iata"))]);
+        c.delete(both, false).await.unwrap();
+        indexes::drop(&c, "country+iata").await.unwrap();
+        indexes::add(&c, "country").await.unwrap();
+        let states: Vec<_> = indexes::list(&c).await.unwrap().into_iter().map(|i| (i.field, i.state)).collect();
+        assert!(states.contains(&("country".to_string(), IndexState::Backfilling)), "{label}: {states:?}");
+        c.recover().await.unwrap();
+        let left = c.query(&Filter::new(vec![("icao".into(), value("icao"))]), 10, None).await.unwrap();
+        assert!(left.records.is_empty(), "{label}: the acknowledged delete removed nothing: {:?}", left.records);
+    }
 }
