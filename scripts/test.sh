@@ -4,11 +4,12 @@
 #     instances, one per lane below, so their Azurite tests do not queue on one Node.js
 #     thread), while the tests build;
 #   - builds every test target once (with the `testing` feature: crash points, FaultStore;
-#     every `cargo test` has it through the crate's dev-dependency on itself); then, beside the
-#     tests, the Functions package the package check inspects (`scripts/package.sh`, profile
+#     every `cargo test` has it through the crate's dev-dependency on itself) and, beside it, the
+#     Functions package the package check inspects (`scripts/package.sh`, profile
 #     `package-check`, in its own target folder `target/package` so the two builds do not wait
-#     on one cargo lock; niced, so it takes the CPU the tests leave idle); the package check's
-#     own `scripts/package.sh` run waits for it on cargo's lock and then finds it built;
+#     on one cargo lock; niced, so it takes the CPU the others leave idle); the tests start
+#     when the test build ends, the package build going on beside them, and the package check's own `scripts/package.sh` run waits for it on
+#     cargo's lock and then finds it built;
 #   - runs the tests in two lanes side by side, each part its own `cargo test`, printed whole
 #     when it ends:
 #       lane `long`: the `suite` binary's longest tests (three `serve` processes, kills, the
@@ -71,23 +72,24 @@ else
     # The builds start first; Azurite installs (npm) and starts meanwhile.
     cargo test --no-run >"$logs/build.log" 2>&1 &
     build_pid=$!
+    package_pid=
+    if [ "$TC_TEST_PACKAGE" = 1 ]; then
+        # The package check's build, in its own target folder (TC_PACKAGE_TARGET_DIR, which the
+        # package check passes on to its own scripts/package.sh run).
+        export TC_PACKAGE_TARGET_DIR="$root/target/package"
+        # Niced: it takes the CPU the test build and then the tests leave idle.
+        TC_PACKAGE_PROFILE=package-check TC_PACKAGE_OUT="$logs/package" \
+            nice -n 10 bash scripts/package.sh >"$logs/package-build.log" 2>&1 &
+        package_pid=$!
+    fi
     # shellcheck source=scripts/azurite.sh
     source scripts/azurite.sh start >/dev/null
     long_cs="$(AZURITE_INSTANCE=long bash scripts/azurite.sh start | sed -n 's/^TC_TEST_AZURE_CONNECTION=//p')"
     [ -n "${TC_TEST_AZURE_CONNECTION:-}" ] && [ -n "$long_cs" ] || { echo "scripts/test.sh: an Azurite instance did not start" >&2; exit 1; }
     wait "$build_pid" || status=$?
     cat "$logs/build.log"
-    package_pid=
-    if [ "$status" -eq 0 ] && [ "$TC_TEST_PACKAGE" = 1 ]; then
-        # The package check's build, in its own target folder (TC_PACKAGE_TARGET_DIR, which the
-        # package check passes on to its own scripts/package.sh run), niced: it takes the CPU
-        # the tests leave idle. The lanes start at once; the package check's own
-        # scripts/package.sh run waits for it on cargo's lock.
-        export TC_PACKAGE_TARGET_DIR="$root/target/package"
-        TC_PACKAGE_PROFILE=package-check TC_PACKAGE_OUT="$logs/package" \
-            nice -n 10 bash scripts/package.sh >"$logs/package-build.log" 2>&1 &
-        package_pid=$!
-    fi
+    # The lanes start without waiting for the package build: it goes on beside the first
+    # tests, and the package check's own scripts/package.sh run waits for it on cargo's lock.
     if [ "$status" -eq 0 ]; then
         echo "scripts/test.sh: built in $(elapsed); running the two lanes" >&2
         # The suite's longest tests (1-2 minutes each on 2 cores): run in name order among the

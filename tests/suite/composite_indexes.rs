@@ -7,7 +7,6 @@
 //! naming the field and the limit, and write nothing. On the embedded store and on Azurite.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use serde_json::{json, Value};
@@ -20,9 +19,7 @@ use table_catalog::testing::schema::{IndexState, Schema};
 use table_catalog::Error;
 
 use crate::common::{self, Backend};
-use crate::indexes::{
-    airports, appliers, drain, live_records, opts, second, size, verify_clean, wait_state, with_active_country, writers,
-};
+use crate::indexes::{airports, live_records, opts, verify_clean, wait_state, with_active_country, UnderLoad};
 
 const INDEX: &str = "country+subd";
 
@@ -67,6 +64,38 @@ async fn lookup(app: &axum::Router, query: &str) -> BTreeSet<String> {
     assert_eq!(header.as_deref(), Some(INDEX), "{query}: the index read");
     assert!(body["continuation"].is_null(), "{query}: one page");
     body["records"].as_array().unwrap().iter().map(|r| r.to_string()).collect()
+}
+
+/// Whether the airport has a non-empty `country` and `iata`.
+fn has_country_and_iata(r: &Record) -> bool {
+    ["country", "iata"].iter().all(|f| r.get(*f).and_then(Value::as_str).is_some_and(|v| !v.is_empty()))
+}
+
+/// 20 airports with a `country` and an `iata` code.
+fn with_country_and_iata() -> Vec<Record> {
+    let some: Vec<Record> = airports(5_000).into_iter().filter(has_country_and_iata).take(20).collect();
+    assert_eq!(some.len(), 20, "airports with a country and an IATA code");
+    some
+}
+
+/// A fresh catalog (with `country` added and active first when `country`) holding
+/// [`with_country_and_iata`], and `country+iata` added and active; no scan worker runs
+/// afterwards, so a later index change's job waits.
+async fn with_active_country_iata(backend: Backend, label: &str, country: bool) -> Arc<Catalog> {
+    let c = match country {
+        true => with_active_country(backend, label).await,
+        false => common::catalog_with(backend, common::airports_schema(), opts()).await,
+    };
+    c.upsert_many(with_country_and_iata(), true).await.unwrap();
+    let (worker_stop, worker_rx) = tokio::sync::watch::channel(false);
+    let workers = ServeOptions { scan_workers: 2, ..ServeOptions::default() };
+    let scan = tokio::spawn(table_catalog::server::run_scan_worker(c.clone(), workers, worker_rx));
+    indexes::add(&c, "country+iata").await.unwrap();
+    c.recover().await.unwrap();
+    wait_state(&c, "country+iata", Some(IndexState::Active), label).await;
+    worker_stop.send_replace(true);
+    scan.await.unwrap();
+    c
 }
 
 common::backend_tests! {
@@ -253,18 +282,8 @@ common::backend_tests! {
     #[azurite_ignore = "long check (like indexes_added_and_dropped_while_8_writers_write_leave_a_consistent_catalog): its embedded-store variant runs in CI; scripts/test.sh --test suite -- --ignored"]
     async fn a_composite_index_added_while_8_writers_write_stays_exact(backend) {
         let label = format!("{backend:?}");
-        let c = common::catalog_with(backend, common::airports_schema(), opts()).await;
-        let records = Arc::new(airports(size(backend)));
-        c.upsert_many(records.to_vec(), false).await.unwrap();
-        c.recover().await.unwrap();
-        let b = second(&c).await;
-        let cs = [c.clone(), b.clone()];
-        let (stop, ops) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicU64::new(0)));
-        let mut tasks = writers(cs.clone(), records.clone(), stop.clone(), ops.clone());
-        tasks.push(appliers(cs.clone(), stop.clone()));
-        let (worker_stop, worker_rx) = tokio::sync::watch::channel(false);
-        let workers = ServeOptions { scan_workers: 4, ..ServeOptions::default() };
-        let scan = tokio::spawn(table_catalog::server::run_scan_worker(c.clone(), workers, worker_rx));
+        let load = UnderLoad::start(backend).await;
+        let (c, b) = (load.c.clone(), load.b.clone());
 
         indexes::add(&c, "country+tz").await.unwrap();
         wait_state(&c, "country+tz", Some(IndexState::Active), &label).await;
@@ -272,15 +291,7 @@ common::backend_tests! {
         wait_state(&c, "iata+country", Some(IndexState::Active), &label).await;
         indexes::drop(&c, "iata+country").await.unwrap();
         wait_state(&c, "iata+country", None, &label).await;
-
-        stop.store(true, Ordering::Relaxed);
-        for t in tasks {
-            t.await.unwrap();
-        }
-        drain(&cs).await;
-        worker_stop.send_replace(true);
-        scan.await.unwrap();
-        assert!(ops.load(Ordering::Relaxed) > 100, "{label}: the writers wrote");
+        load.finish(&label).await;
 
         verify_clean(&c, &label).await;
         check_pairs(&c, &label).await;
@@ -354,11 +365,8 @@ common::backend_tests! {
     async fn a_delete_by_a_backfilling_composite_index_fields_reads_a_complete_index(backend) {
         let label = format!("{backend:?}");
         let c = with_active_country(backend, &label).await;
-        let both_set = |r: &Record| ["country", "iata"].iter().all(|f| r.get(*f).and_then(Value::as_str).is_some_and(|v| !v.is_empty()));
-        let some: Vec<Record> = airports(5_000).into_iter().filter(both_set).take(20).collect();
-        assert_eq!(some.len(), 20, "{label}: airports with a country and an IATA code");
-        c.upsert_many(some, true).await.unwrap();
-        let target = live_records(&c).await.into_iter().find(both_set).expect("an airport with a country and an IATA code");
+        c.upsert_many(with_country_and_iata(), true).await.unwrap();
+        let target = live_records(&c).await.into_iter().find(has_country_and_iata).expect("an airport with a country and an IATA code");
         let value = |f: &str| target[f].as_str().unwrap().to_string();
         // No scan worker runs: the composite's backfill job never starts.
         indexes::add(&c, "country+iata").await.unwrap();
@@ -383,24 +391,13 @@ common::backend_tests! {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_delete_by_a_dropped_composite_index_fields_reads_a_single_field_index(backend) {
         let label = format!("{backend:?}");
-        let c = with_active_country(backend, &label).await;
-        let both_set = |r: &Record| ["country", "iata"].iter().all(|f| r.get(*f).and_then(Value::as_str).is_some_and(|v| !v.is_empty()));
-        let some: Vec<Record> = airports(5_000).into_iter().filter(both_set).take(20).collect();
-        c.upsert_many(some, true).await.unwrap();
-        let (worker_stop, worker_rx) = tokio::sync::watch::channel(false);
-        let workers = ServeOptions { scan_workers: 2, ..ServeOptions::default() };
-        let scan = tokio::spawn(table_catalog::server::run_scan_worker(c.clone(), workers, worker_rx));
-        indexes::add(&c, "country+iata").await.unwrap();
-        c.recover().await.unwrap();
-        wait_state(&c, "country+iata", Some(IndexState::Active), &label).await;
-        worker_stop.send_replace(true);
-        scan.await.unwrap();
+        let c = with_active_country_iata(backend, &label, true).await;
         // The drop is applied; its job is recorded but no scan worker runs it.
         indexes::drop(&c, "country+iata").await.unwrap();
         c.recover().await.unwrap();
         let state = indexes::list(&c).await.unwrap().into_iter().find(|i| i.field == "country+iata").map(|i| i.state);
         assert_eq!(state, Some(IndexState::Dropping), "{label}");
-        let target = live_records(&c).await.into_iter().find(both_set).expect("an airport with a country and an IATA code");
+        let target = live_records(&c).await.into_iter().find(has_country_and_iata).expect("an airport with a country and an IATA code");
         let value = |f: &str| target[f].as_str().unwrap().to_string();
         // What the job does to the target's composite partition (the literal key scheme of
         // docs/ARCHITECTURE.md, "Composite indexes"): every row removed.
@@ -426,19 +423,8 @@ common::backend_tests! {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_delete_through_a_dropped_composite_applied_while_a_field_of_it_backfills_reads_a_complete_index(backend) {
         let label = format!("{backend:?}");
-        let c = common::catalog_with(backend, common::airports_schema(), opts()).await;
-        let both_set = |r: &Record| ["country", "iata"].iter().all(|f| r.get(*f).and_then(Value::as_str).is_some_and(|v| !v.is_empty()));
-        let some: Vec<Record> = airports(5_000).into_iter().filter(both_set).take(20).collect();
-        c.upsert_many(some, true).await.unwrap();
-        let (worker_stop, worker_rx) = tokio::sync::watch::channel(false);
-        let workers = ServeOptions { scan_workers: 2, ..ServeOptions::default() };
-        let scan = tokio::spawn(table_catalog::server::run_scan_worker(c.clone(), workers, worker_rx));
-        indexes::add(&c, "country+iata").await.unwrap();
-        c.recover().await.unwrap();
-        wait_state(&c, "country+iata", Some(IndexState::Active), &label).await;
-        worker_stop.send_replace(true);
-        scan.await.unwrap();
-        let target = live_records(&c).await.into_iter().find(both_set).expect("an airport with a country and an IATA code");
+        let c = with_active_country_iata(backend, &label, false).await;
+        let target = live_records(&c).await.into_iter().find(has_country_and_iata).expect("an airport with a country and an IATA code");
         let value = |f: &str| target[f].as_str().unwrap().to_string();
         // Logged through the composite index (no scan worker, nothing applied yet), then the
         // composite's drop and `country`'s add are logged behind it.

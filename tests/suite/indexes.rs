@@ -108,6 +108,50 @@ pub(crate) fn appliers(cs: [Arc<Catalog>; 2], stop: Arc<AtomicBool>) -> tokio::t
     })
 }
 
+/// What the index-change-under-load tests start with: two instances (`b` as another process
+/// would be) on one catalog of [`size`] airports, 8 [`writers`] alternating between them,
+/// [`appliers`] on both and 4 scan workers on `c`. [`UnderLoad::finish`] stops them.
+pub(crate) struct UnderLoad {
+    pub(crate) c: Arc<Catalog>,
+    pub(crate) b: Arc<Catalog>,
+    stop: Arc<AtomicBool>,
+    ops: Arc<AtomicU64>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+    worker_stop: tokio::sync::watch::Sender<bool>,
+    scan: tokio::task::JoinHandle<()>,
+}
+
+impl UnderLoad {
+    pub(crate) async fn start(backend: Backend) -> UnderLoad {
+        let c = common::catalog_with(backend, common::airports_schema(), opts()).await;
+        let records = Arc::new(airports(size(backend)));
+        c.upsert_many(records.to_vec(), false).await.unwrap();
+        c.recover().await.unwrap();
+        let b = second(&c).await;
+        let cs = [c.clone(), b.clone()];
+        let (stop, ops) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicU64::new(0)));
+        let mut tasks = writers(cs.clone(), records, stop.clone(), ops.clone());
+        tasks.push(appliers(cs, stop.clone()));
+        let (worker_stop, worker_rx) = tokio::sync::watch::channel(false);
+        let workers = ServeOptions { scan_workers: 4, ..ServeOptions::default() };
+        let scan = tokio::spawn(table_catalog::server::run_scan_worker(c.clone(), workers, worker_rx));
+        UnderLoad { c, b, stop, ops, tasks, worker_stop, scan }
+    }
+
+    /// Stops the writers, drains the WAL of both instances, stops the scan workers, and
+    /// checks that the writers wrote.
+    pub(crate) async fn finish(self, label: &str) {
+        self.stop.store(true, Ordering::Relaxed);
+        for t in self.tasks {
+            t.await.unwrap();
+        }
+        drain(&[self.c.clone(), self.b.clone()]).await;
+        self.worker_stop.send_replace(true);
+        self.scan.await.unwrap();
+        assert!(self.ops.load(Ordering::Relaxed) > 100, "{label}: the writers wrote");
+    }
+}
+
 /// Waits until index `field` is in state `want` (`None`: gone); fails showing the index and
 /// its job when its job makes no progress (steps done, counters) for 5 minutes (Azurite
 /// shares its one thread with the writers; a slow job is not a stuck one).
@@ -209,21 +253,8 @@ common::backend_tests! {
     #[azurite_ignore = "long check (1.5 minutes on 2 cores): the same changes under 8 writers run on the embedded store in CI; scripts/test.sh --test suite -- --ignored"]
     async fn indexes_added_and_dropped_while_8_writers_write_leave_a_consistent_catalog(backend) {
         let label = format!("{backend:?}");
-        let c = common::catalog_with(backend, common::airports_schema(), opts()).await;
-        let records = Arc::new(airports(size(backend)));
-        c.upsert_many(records.to_vec(), false).await.unwrap();
-        c.recover().await.unwrap();
-        let b = second(&c).await;
-        let cs = [c.clone(), b.clone()];
-        let (stop, ops) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicU64::new(0)));
-        let mut tasks = writers(cs.clone(), records.clone(), stop.clone(), ops.clone());
-        tasks.push(appliers(cs.clone(), stop.clone()));
-        let (worker_stop, worker_rx) = tokio::sync::watch::channel(false);
-        let scan = tokio::spawn(table_catalog::server::run_scan_worker(
-            c.clone(),
-            ServeOptions { scan_workers: 4, ..ServeOptions::default() },
-            worker_rx,
-        ));
+        let load = UnderLoad::start(backend).await;
+        let (c, b) = (load.c.clone(), load.b.clone());
 
         for field in ["country", "tz"] {
             let change = indexes::add(&c, field).await.unwrap();
@@ -246,15 +277,7 @@ common::backend_tests! {
             other => panic!("{label}: a dropping index answered {other:?}"),
         }
         wait_state(&c, "country", None, &label).await;
-
-        stop.store(true, Ordering::Relaxed);
-        for t in tasks {
-            t.await.unwrap();
-        }
-        drain(&cs).await;
-        worker_stop.send_replace(true);
-        scan.await.unwrap();
-        assert!(ops.load(Ordering::Relaxed) > 100, "{label}: the writers wrote");
+        load.finish(&label).await;
 
         verify_clean(&c, &label).await;
         check_lookups(&c, "tz", &label).await;
