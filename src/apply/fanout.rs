@@ -173,7 +173,7 @@ impl Applier {
     /// written its row there yet; simulator seed 2882) gets a tombstone carrying this
     /// version, under the id just below `newer`
     /// ([`just_below`]: above every other id below `newer`). A filter between the two ids
-    /// then meets a tombstone of a later entry ([`super::filter::Match::HiddenByLater`]) and
+    /// then meets a tombstone of a later entry ([`super::filter::Match::LaterUnmatched`]) and
     /// asks the history which version came before it; the newer entry's own rows (its id is
     /// larger) replace the tombstones, also when it writes them after this (owner row first,
     /// then the others: found by the simulator, seed 2717, where the newer entry had written

@@ -68,16 +68,19 @@ pub(super) enum Match {
     /// A live row whose record matches (or this entry's own tombstone). `later`: a later
     /// entry wrote it (applied before this one; fencing keeps this entry off it).
     Live { partition: String, row_key: String, record: Record, later: bool },
-    /// A tombstone a later entry wrote when it moved the record to another value of an
-    /// added index. Only with history: whether this entry removed the version before it is
-    /// for the history to say ([`Applier::version_before`]).
-    HiddenByLater { row_key: String },
+    /// A row a later entry wrote (applied before this one) that does not show a match: a
+    /// tombstone (the later entry moved the record to another value of an added index), or a
+    /// live version that no longer matches (it changed a filtered field this partition does
+    /// not read: a filter on two fields reads one field's partition). Only with history:
+    /// whether this entry removed the version before it is for the history to say
+    /// ([`Applier::version_before`]).
+    LaterUnmatched { row_key: String },
 }
 
 impl Match {
     pub(super) fn row_key(&self) -> &str {
         match self {
-            Match::Live { row_key, .. } | Match::HiddenByLater { row_key } => row_key,
+            Match::Live { row_key, .. } | Match::LaterUnmatched { row_key } => row_key,
         }
     }
 }
@@ -241,7 +244,7 @@ impl Applier {
                     }
                     (partition, row_key, record)
                 }
-                Match::HiddenByLater { row_key } => {
+                Match::LaterUnmatched { row_key } => {
                     hidden.insert(row_key);
                     continue;
                 }
@@ -316,8 +319,8 @@ impl Applier {
 
     /// The records of one page of the filter's partition that the filter addresses for
     /// entry `id`: live matching rows, plus rows this same entry already turned into
-    /// tombstones (a re-application after a crash), plus tombstones a later entry wrote
-    /// (see [`Match::HiddenByLater`]).
+    /// tombstones (a re-application after a crash), plus rows a later entry wrote that do
+    /// not match (see [`Match::LaterUnmatched`]).
     pub(super) fn matches(&self, filter: &Filter, id: &WalId, entities: &[Entity]) -> Vec<Match> {
         let mut out = Vec::new();
         for e in entities {
@@ -327,18 +330,19 @@ impl Applier {
             }
             if meta.deleted && meta.wal_id != id.as_str() {
                 if meta.wal_id.as_str() > id.as_str() && self.history.is_some() {
-                    out.push(Match::HiddenByLater { row_key: e.row_key.clone() });
+                    out.push(Match::LaterUnmatched { row_key: e.row_key.clone() });
                 }
                 continue;
             }
             let rec = record::payload(e, &meta);
+            let later = meta.wal_id.as_str() > id.as_str();
             if filter.matches(&self.schema(), &rec) {
-                out.push(Match::Live {
-                    partition: e.partition_key.clone(),
-                    row_key: e.row_key.clone(),
-                    record: rec,
-                    later: meta.wal_id.as_str() > id.as_str(),
-                });
+                out.push(Match::Live { partition: e.partition_key.clone(), row_key: e.row_key.clone(), record: rec, later });
+            } else if later && self.history.is_some() {
+                // The later version changed a filtered field that this partition does not
+                // read; the version before this entry may have matched (simulator seeds 172,
+                // 884, 1136: the removal was missing from the history).
+                out.push(Match::LaterUnmatched { row_key: e.row_key.clone() });
             }
         }
         out
