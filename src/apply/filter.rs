@@ -16,7 +16,10 @@
 //!
 //! Why a record at or below the resume point needs nothing more: the point is recorded
 //! only after every page up to it was handled to the end (tombstones indexed, every row of
-//! each matched record tombstoned, history rows written), by the attempt that records it.
+//! each matched record tombstoned, history rows written), by the attempt that records it,
+//! and after that attempt completed the earlier attempts' removals up to it (`super::earlier`:
+//! a record an earlier attempt removed may no longer show on its page, where a superseded
+//! older version shadowed itself below this entry's id; found by the simulator, seed 712).
 //! Rows written there since are writes of later entries (this entry passed its barrier, and
 //! an entry logged late takes effect after it, [`crate::wal::seal`]), which a full re-read
 //! would leave alone too (fenced, and their history decided by the version before them,
@@ -152,6 +155,15 @@ impl Applier {
                 if let (Some((shard, deadline)), Some(last)) = (stop, &last_done) {
                     if crate::env::now() >= deadline {
                         tracing::debug!(wal_id = %entry.id, resume = %last, "filter stopped at its deadline");
+                        // The rows up to `last` are about to count as handled to the end, and
+                        // the next attempts' completion of earlier attempts' removals skips
+                        // them: complete those here first. (An earlier attempt's removal that
+                        // this attempt's pages no longer show: the superseded older version
+                        // of the record shadowed itself there below this entry's id. Found by
+                        // the simulator, seed 712.)
+                        let earlier = self.matched_earlier(filter, entry.effective(), &handled, resume).await?;
+                        let upto = earlier.into_iter().filter(|m| resumed_past(m.row_key(), Some(last))).collect();
+                        self.remove_matched(&target, upto).await?;
                         self.record_resume(shard, entry, last).await?;
                         return Ok(Filtered::Stopped);
                     }

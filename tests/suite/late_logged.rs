@@ -1833,3 +1833,91 @@ common::backend_tests! {
         );
     }
 }
+
+common::backend_tests! {
+    /// Found by the simulator (seed 712). D = delete country=US, read in pages of one row, and
+    /// U = upsert of R (shard 3), U < D. An instance H applying U is held at R's owner row
+    /// (its read done: U is newer than what it saw). Another instance applies U and D's first
+    /// attempt, which tombstones R's owner row and stops (a failure) before R's row of US.
+    /// H then goes on: it finds D's tombstone on the owner row, so U is superseded, and U's
+    /// shadow (just below D's id) replaces U's live row of US. D's next attempt no longer sees
+    /// R on its first page, stops at its deadline after it, and records its progress past R;
+    /// the attempt after that completes earlier removals only above that point. The removal of
+    /// R was in no attempt's history: R's history ended with U while R was gone. An attempt
+    /// that stops at its deadline now first completes the earlier attempts' removals up to
+    /// where it stops.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_filter_stopping_at_its_deadline_records_an_earlier_attempts_removal_that_a_superseded_version_shadowed(backend) {
+        let (label, inner, names, opts, c) = history_catalog(backend, "shadowresume", |o| {
+            o.wal.lease_duration = Duration::from_millis(300);
+            o.wal.apply_concurrency = 1;
+        })
+        .await;
+        let base = in_shard(3, "KCCC", "CCC", "Charlie field");
+        let rc = |v: i64| {
+            let mut r = base.clone();
+            r.insert("country".into(), json!("US"));
+            r.insert("v".into(), json!(v));
+            r
+        };
+        // S: matched by D too, on the page after R's.
+        let s = json!({"icao": "KZZZ", "iata": "ZZZ", "lid": "ZZZ", "name": "Zulu field", "country": "US"});
+        let s = s.as_object().cloned().unwrap();
+        let v1 = c.upsert(rc(1), true).await.unwrap();
+        c.upsert(s, true).await.unwrap();
+        let u = c.upsert(rc(2), false).await.unwrap();
+        let del = c.delete(f("country", "US"), false).await.unwrap();
+        assert!(id(&u) < id(&del), "{label}: U < D");
+
+        // H applies U, held at R's owner row.
+        let (layer, held) = held_instance(&inner, &names, opts.clone(), "icao", "KCCC").await;
+        let pass_h = held_pass_of_shard_3(&held, &layer, &format!("{label}: H reaches R's owner row")).await;
+        // Once H's lease has expired, C applies U.
+        within(&format!("{label}: C applies U"), async {
+            while c.status().await.unwrap().pending > 1 {
+                c.applier().apply_shard(ShardId::new(3).unwrap()).await.unwrap();
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        })
+        .await;
+        // D's first attempt: R's owner row tombstoned, then the write of R's row of US fails.
+        let us = table_catalog::testing::keys::partition_key("country", "US").unwrap();
+        let faulty = Arc::new(FaultStore::new(inner.clone(), 1));
+        faulty.add(
+            Rule::new(&[OpKind::Insert, OpKind::Replace, OpKind::Upsert], Trigger::Nth(1), Fault::Fail(pass_ends()))
+                .on(&names.table)
+                .partition(&us),
+        );
+        let mut paged = opts.clone();
+        paged.wal.filter_page = 1;
+        let z = open(faulty.clone(), &names, paged.clone()).await;
+        assert!(z.applier().apply_shard(ShardId::ZERO).await.is_err(), "{label}: D's first attempt fails");
+        assert_eq!(faulty.counts().1, 1, "{label}: the fault was injected");
+        // H goes on: U is superseded by D and shadows itself in US.
+        layer.door.open();
+        let _ = within(&format!("{label}: the held pass"), pass_h).await.unwrap();
+        // D's second attempt stops at its deadline after R's page.
+        let mut stopping = paged.clone();
+        stopping.wal.apply_budget = Duration::ZERO;
+        let w = open(inner.clone(), &names, stopping).await;
+        within(&format!("{label}: D's second attempt"), async {
+            loop {
+                let outcome = w.applier().apply_shard(ShardId::ZERO).await.unwrap();
+                if !matches!(outcome, table_catalog::testing::apply::DrainOutcome::Busy) {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        })
+        .await;
+        drain(&[&c], &label).await;
+
+        assert_eq!(c.query_all(&f("country", "US")).await.unwrap(), vec![], "{label}: D removed R and S");
+        verify_clean(&c, &label).await;
+        assert_eq!(
+            history_of_kccc(&c).await,
+            vec![(ChangeOp::Delete, del.id), (ChangeOp::Upsert, u.id), (ChangeOp::Upsert, v1.id)],
+            "{label}: R's history, newest first: D's removal, U, R's first version"
+        );
+    }
+}
