@@ -349,7 +349,12 @@ impl Applier {
             let rec = record::payload(e, &meta);
             let later = meta.wal_id.as_str() > id.as_str();
             if filter.matches(&self.schema(), &rec) {
-                out.push(Match::Live { partition: e.partition_key.clone(), row_key: e.row_key.clone(), record: rec, later });
+                out.push(Match::Live {
+                    partition: e.partition_key.clone(),
+                    row_key: e.row_key.clone(),
+                    record: rec,
+                    later,
+                });
             } else if later && self.history.is_some() {
                 // The later version changed a filtered field that this partition does not
                 // read; the version before this entry may have matched (simulator seeds 172,

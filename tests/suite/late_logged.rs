@@ -1799,7 +1799,7 @@ common::backend_tests! {
     /// history is P, F (removed), N. The catalog ends right (N's version). Ignored until
     /// fixed: it fails today.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    
+
     async fn a_delete_by_two_fields_before_a_version_changing_the_field_it_does_not_read_records_its_removal(backend) {
         let label = format!("{backend:?}");
         let inner = common::store(backend);
