@@ -97,6 +97,7 @@ pub(crate) mod scan;
 pub(crate) mod schema;
 pub(crate) mod schema_manager;
 pub(crate) mod settings;
+pub(crate) mod single;
 pub(crate) mod status;
 pub(crate) mod verify;
 pub(crate) mod wal;
