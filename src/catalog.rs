@@ -283,6 +283,15 @@ impl Catalog {
         }
     }
 
+    /// In single-partition mode, every record once (from its owner row), `segment` rows per
+    /// request: the export of that mode. `None` in WAL mode (`crate::export` reads the table).
+    pub(crate) fn single_records(
+        &self,
+        segment: usize,
+    ) -> Option<futures::stream::BoxStream<'static, Result<Record>>> {
+        self.single.as_ref().map(|sp| sp.clone().records(segment))
+    }
+
     /// A single-partition write's acknowledgement: applied when it returns.
     fn single_written(record: Option<Record>) -> Written {
         Written { id: crate::env::uuid().to_string(), shard: None, record, applied: true }
@@ -955,8 +964,12 @@ impl Catalog {
 /// (re-exported by the hidden `cli_support` and `testing` modules; not part of the API).
 #[cfg(any(feature = "cli", feature = "testing"))]
 pub(crate) mod internals {
+    use futures::stream::BoxStream;
+
     use super::Catalog;
     use crate::apply::Applier;
+    use crate::error::Result;
+    use crate::record::Record;
     use crate::wal::Wal;
 
     /// The internals of a [`Catalog`]: `use table_catalog::testing::CatalogInternals` and
@@ -966,6 +979,9 @@ pub(crate) mod internals {
         fn wal(&self) -> &Wal;
         /// The apply engine.
         fn applier(&self) -> &Applier;
+        /// In single-partition mode, every record once, `segment` owner rows per request
+        /// (the export of that mode); `None` in WAL mode.
+        fn single_records(&self, segment: usize) -> Option<BoxStream<'static, Result<Record>>>;
     }
 
     impl CatalogInternals for Catalog {
@@ -974,6 +990,9 @@ pub(crate) mod internals {
         }
         fn applier(&self) -> &Applier {
             Catalog::applier(self)
+        }
+        fn single_records(&self, segment: usize) -> Option<BoxStream<'static, Result<Record>>> {
+            Catalog::single_records(self, segment)
         }
     }
 }

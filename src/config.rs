@@ -328,7 +328,15 @@ impl Config {
         let names = self.names()?;
         let (store, counts) = self.open_counted_store()?;
         let schema = match &self.mode {
-            Mode::Wal => Some(self.resolve_schema(&store, &names).await?),
+            Mode::Wal => match self.resolve_schema(&store, &names).await {
+                Ok(schema) => Some(schema),
+                // No WAL-mode schema: say so if it is a single-partition catalog.
+                Err(e @ Error::Config(_)) => {
+                    crate::single::meta::refuse_if_single(store.as_ref(), &names).await?;
+                    return Err(e);
+                }
+                Err(e) => return Err(e),
+            },
             // The stored schema, when none is configured, is the tenant's mode row's.
             Mode::SinglePartition { .. } => self.configured_schema()?,
         };

@@ -5,11 +5,12 @@
 //! owner row, so a lookup never sees a partly written record, and `consistent=true` holds
 //! without waiting.
 
-use futures::TryStreamExt;
+use futures::stream::BoxStream;
+use futures::{StreamExt as _, TryStreamExt};
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::query::{self, Filter, Found, ResultPage};
-use crate::record;
+use crate::record::{self, Record};
 use crate::store::{pager, RowRange, MAX_PAGE};
 
 use super::{layout, SinglePartition};
@@ -70,5 +71,23 @@ impl SinglePartition {
                 None => return Ok(all),
             }
         }
+    }
+
+    /// Every record once, from the owner rows, `segment` (1..=1,000) rows per request: the
+    /// export of this mode.
+    pub(crate) fn records(self: std::sync::Arc<Self>, segment: usize) -> BoxStream<'static, Result<Record>> {
+        let range = layout::under_prefix(&layout::owner_prefix(), &RowRange::default());
+        futures::stream::try_unfold((Some(None::<String>), self), move |(token, sp)| {
+            let range = range.clone();
+            async move {
+                let Some(token) = token else { return Ok::<_, Error>(None) };
+                let page = sp.store.query_partition(&sp.table, &sp.partition, &range, segment, token.as_deref()).await?;
+                let records: Vec<Result<Record>> = page.entities.iter().filter_map(record::from_entity).map(Ok).collect();
+                let next = page.continuation.map(Some);
+                Ok(Some((futures::stream::iter(records), (next, sp))))
+            }
+        })
+        .try_flatten()
+        .boxed()
     }
 }
