@@ -24,9 +24,9 @@ use crate::store::{BatchOp, ETag, Entity, IfMatch, StoreError};
 use super::{egt, layout, SinglePartition};
 
 /// Attempts of one write under contention (the first included), and the backoff between them.
-const ATTEMPTS: usize = 24;
+const ATTEMPTS: usize = 40;
 const BACKOFF_MIN: Duration = Duration::from_millis(2);
-const BACKOFF_MAX: Duration = Duration::from_millis(100);
+const BACKOFF_MAX: Duration = Duration::from_millis(250);
 
 /// A record's rows as one write stores them: the owner row first, then one row per index
 /// value (each a full copy of the record, so a lookup returns it from the index row).
