@@ -285,10 +285,7 @@ impl Catalog {
 
     /// In single-partition mode, every record once (from its owner row), `segment` rows per
     /// request: the export of that mode. `None` in WAL mode (`crate::export` reads the table).
-    pub(crate) fn single_records(
-        &self,
-        segment: usize,
-    ) -> Option<futures::stream::BoxStream<'static, Result<Record>>> {
+    pub(crate) fn single_records(&self, segment: usize) -> Option<futures::stream::BoxStream<'static, Result<Record>>> {
         self.single.as_ref().map(|sp| sp.clone().records(segment))
     }
 

@@ -9,8 +9,8 @@ use anyhow::{Context, Result};
 use futures::TryStreamExt;
 use indicatif::{ProgressBar, ProgressStyle};
 use table_catalog::catalog::Catalog;
-use table_catalog::cli_support::CatalogInternals;
 use table_catalog::cli_support::verify::{self, VerifyOptions, VerifyReport};
+use table_catalog::cli_support::CatalogInternals;
 use table_catalog::cli_support::{export, repair};
 
 use super::scan_args::ScanArgs;

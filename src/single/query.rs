@@ -81,8 +81,10 @@ impl SinglePartition {
             let range = range.clone();
             async move {
                 let Some(token) = token else { return Ok::<_, Error>(None) };
-                let page = sp.store.query_partition(&sp.table, &sp.partition, &range, segment, token.as_deref()).await?;
-                let records: Vec<Result<Record>> = page.entities.iter().filter_map(record::from_entity).map(Ok).collect();
+                let page =
+                    sp.store.query_partition(&sp.table, &sp.partition, &range, segment, token.as_deref()).await?;
+                let records: Vec<Result<Record>> =
+                    page.entities.iter().filter_map(record::from_entity).map(Ok).collect();
                 let next = page.continuation.map(Some);
                 Ok(Some((futures::stream::iter(records), (next, sp))))
             }

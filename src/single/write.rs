@@ -121,7 +121,10 @@ impl SinglePartition {
     /// The operations that delete record `identity` in state `current`: its owner row under
     /// its ETag and every index row.
     fn delete_ops(&self, identity: &str, current: &Current) -> Vec<BatchOp> {
-        let mut ops = vec![BatchOp::Delete { row_key: layout::owner_row(identity), if_match: IfMatch::Etag(current.etag.clone()) }];
+        let mut ops = vec![BatchOp::Delete {
+            row_key: layout::owner_row(identity),
+            if_match: IfMatch::Etag(current.etag.clone()),
+        }];
         ops.extend(
             self.index_row_keys(identity, &current.record)
                 .into_iter()

@@ -83,7 +83,9 @@ fn check_invariant(rows: &[Entity], index_keys: &[&str]) -> BTreeMap<String, Val
         let owner = owners.get(id).unwrap_or_else(|| panic!("index rows {heads:?} of {id} have no owner row"));
         let expected: BTreeSet<String> = index_keys
             .iter()
-            .filter_map(|f| owner[*f].as_str().filter(|v| !v.is_empty()).map(|v| format!("{}_{f}{}", f.len(), v.to_lowercase())))
+            .filter_map(|f| {
+                owner[*f].as_str().filter(|v| !v.is_empty()).map(|v| format!("{}_{f}{}", f.len(), v.to_lowercase()))
+            })
             .collect();
         assert_eq!(heads, &expected, "record {id}: its index rows");
     }
@@ -391,7 +393,10 @@ common::backend_tests! {
 }
 
 /// The storage requests of one write (table and queue, all kinds), on `c`'s counting store.
-async fn cost<F: std::future::Future<Output = ()>>(counts: &table_catalog::store::RequestCounts, write: F) -> (u64, u64) {
+async fn cost<F: std::future::Future<Output = ()>>(
+    counts: &table_catalog::store::RequestCounts,
+    write: F,
+) -> (u64, u64) {
     let before = counts.snapshot();
     write.await;
     let d = counts.snapshot().since(&before);
@@ -435,7 +440,10 @@ common::backend_tests! {
 #[test]
 fn the_mode_parses_from_its_settings() {
     assert_eq!(Mode::parse("M", "wal", None).unwrap(), Mode::Wal);
-    assert_eq!(Mode::parse("M", "Single-Partition", Some("t1")).unwrap(), Mode::SinglePartition { tenant: "t1".into() });
+    assert_eq!(
+        Mode::parse("M", "Single-Partition", Some("t1")).unwrap(),
+        Mode::SinglePartition { tenant: "t1".into() }
+    );
     assert!(Mode::parse("M", "single-partition", None).unwrap_err().to_string().contains("TABLE_CATALOG_TENANT"));
     assert!(Mode::parse("M", "sharded", None).unwrap_err().to_string().contains("M: 'sharded'"));
     let c = table_catalog::Config::new("x").single_partition("t2");
