@@ -5,7 +5,8 @@
 //! [`Error::Invalid`] or [`Error::TooLarge`] naming the field and the limit, and nothing is
 //! written. A write is acknowledged once its WAL entry is durable; it is then applied
 //! asynchronously (a hint on the apply queue, the sweeper as a backstop), or before the call
-//! returns when `wait` is set.
+//! returns when `wait` is set. A catalog in single-partition mode (`crate::single`) hands
+//! writes and lookups to that engine instead: one entity group transaction per write, no WAL.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -149,6 +150,16 @@ pub enum MessageOutcome {
 }
 
 /// A multi-index catalog.
+///
+/// In single-partition mode ([`Mode::SinglePartition`], [`Catalog::open_with_mode`]) the same
+/// methods behave as documented with these differences: every write is one entity group
+/// transaction, applied before it returns (`wait` changes nothing, [`Written::applied`] is
+/// always true, its id is a fresh UUID, not a WAL id); a filter over several records removes
+/// each in its own transaction; `query_consistent` is `query`; `status` reports nothing
+/// pending, `recover` and `sweep` do nothing; `history`, the WAL's reads (`wal_state`,
+/// `dead`, `redrive`) and index changes fail with [`Error::NotSupported`]. Limits: at most 99
+/// index values per record and about 4 MiB of row copies per write ([`Error::Invalid`]
+/// naming `record` and the limit). docs/ARCHITECTURE.md, "Single-partition mode".
 pub struct Catalog {
     store: Arc<dyn Store>,
     /// The schema in force and its changes; holds the WAL and the apply engine.
@@ -289,9 +300,9 @@ impl Catalog {
         self.single.as_ref().map(|sp| sp.clone().records(segment))
     }
 
-    /// A single-partition write's acknowledgement: applied when it returns.
-    fn single_written(record: Option<Record>) -> Written {
-        Written { id: crate::env::uuid().to_string(), shard: None, record, applied: true }
+    /// A single-partition write's acknowledgement (write `id`): applied when it returns.
+    fn single_written(id: String, record: Option<Record>) -> Written {
+        Written { id, shard: None, record, applied: true }
     }
 
     /// Reports `counts` in [`Catalog::status`] (builder style). Pass the counters of the
@@ -359,7 +370,7 @@ impl Catalog {
         if let Some(sp) = &self.single {
             let id = crate::env::uuid().to_string();
             let record = sp.upsert(record, true, &id).await?;
-            return Ok(Written { id, ..Catalog::single_written(Some(record)) });
+            return Ok(Catalog::single_written(id, Some(record)));
         }
         self.schemas
             .under_schema(|schema| {
@@ -387,7 +398,7 @@ impl Catalog {
         if let Some(sp) = &self.single {
             let id = crate::env::uuid().to_string();
             let record = sp.upsert(record, false, &id).await?;
-            return Ok(Written { id, ..Catalog::single_written(Some(record)) });
+            return Ok(Catalog::single_written(id, Some(record)));
         }
         self.schemas
             .under_schema(|schema| {
@@ -406,7 +417,7 @@ impl Catalog {
         if let Some(sp) = &self.single {
             let id = crate::env::uuid().to_string();
             let record = sp.replace(filter, record, &id).await?;
-            return Ok(Written { id, ..Catalog::single_written(Some(record)) });
+            return Ok(Catalog::single_written(id, Some(record)));
         }
         self.schemas
             .under_schema(|schema| {
@@ -425,7 +436,7 @@ impl Catalog {
     pub async fn delete(&self, filter: Filter, wait: bool) -> Result<Written> {
         if let Some(sp) = &self.single {
             sp.delete(filter).await?;
-            return Ok(Catalog::single_written(None));
+            return Ok(Catalog::single_written(crate::env::uuid().to_string(), None));
         }
         self.schemas
             .under_schema(|schema| {
