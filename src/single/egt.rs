@@ -79,8 +79,9 @@ mod tests {
         let err = check(&(0..101).map(op).collect::<Vec<_>>(), "an upsert").unwrap_err().to_string();
         assert!(err.contains("101 operations") && err.contains("limit is 100"), "{err}");
         let big = Entity::new("t", "r").with("blob", Value::String("x".repeat(300 * 1024)));
-        let ops: Vec<BatchOp> = (0..8).map(|_| BatchOp::Upsert(big.clone())).collect();
+        let ops: Vec<BatchOp> = (0..15).map(|_| BatchOp::Upsert(big.clone())).collect();
         let err = check(&ops, "an upsert").unwrap_err().to_string();
         assert!(err.contains("4194304") && err.starts_with("record:"), "{err}");
+        assert!(check(&ops[..13], "an upsert").is_ok(), "13 copies of 300 KiB are under 4 MiB");
     }
 }
