@@ -99,6 +99,12 @@ impl SinglePartition {
         tenant: &str,
         configured: Option<Schema>,
     ) -> Result<SinglePartition> {
+        if tenant.is_empty() {
+            return Err(Error::Config(format!(
+                "{}: the tenant key of a single-partition catalog is empty",
+                crate::settings::TENANT
+            )));
+        }
         let partition = layout::partition(tenant)?;
         let schema = meta::open(store.as_ref(), names, &partition, configured).await?;
         Ok(SinglePartition {
