@@ -331,6 +331,11 @@ common::backend_tests! {
         let again = Catalog::open_with_mode(store.clone(), names.clone(), None, CatalogOptions::default(), &mode()).await.unwrap();
         assert_eq!(again.schema().identity_keys(), schema.identity_keys());
         assert_eq!(again.query_all(&filter("icao", "kjfk")).await.unwrap().len(), 1);
+        // A new WAL catalog opens through `open_with_mode` (its check finds no table yet).
+        let fresh = Names::new(&common::unique_name("wal"), None, None).unwrap();
+        Catalog::open_with_mode(store.clone(), fresh, Some(schema.clone()), CatalogOptions::default(), &Mode::Wal)
+            .await
+            .unwrap();
         // A WAL catalog is not opened in single-partition mode.
         let wal_names = Names::new(&common::unique_name("wal"), None, None).unwrap();
         Catalog::open(store.clone(), wal_names.clone(), schema.clone(), CatalogOptions::default()).await.unwrap();
@@ -366,6 +371,13 @@ common::backend_tests! {
         assert_eq!(s, StatusCode::CREATED);
         let (_, body) = call(&app, "GET", "/api/records?iata=JFY", None, Body::empty()).await;
         assert_eq!(body["records"], json!([moved]));
+        let batch = json!([{"icao": "KLGA", "name": "LaGuardia"}, {"name": "no identifiers"}]);
+        let (s, body) = call(&app, "POST", "/api/records/batch", JSON_CT, batch.to_string()).await;
+        assert_eq!(s, StatusCode::ACCEPTED);
+        assert!(body["results"][0]["id"].is_string(), "{body}");
+        assert_eq!(body["results"][1]["error"]["code"], "invalid_input", "{body}");
+        let (s, _) = call(&app, "DELETE", "/api/records?icao=KLGA", None, Body::empty()).await;
+        assert_eq!(s, StatusCode::OK);
         let (s, body) = call(&app, "GET", "/api/export", None, Body::empty()).await;
         assert_eq!(s, StatusCode::OK);
         assert_eq!(body, moved, "one record, one JSON line");
@@ -448,4 +460,72 @@ fn the_mode_parses_from_its_settings() {
     assert!(Mode::parse("M", "sharded", None).unwrap_err().to_string().contains("M: 'sharded'"));
     let c = table_catalog::Config::new("x").single_partition("t2");
     assert_eq!(c.mode.name(), "single-partition");
+}
+
+common::backend_tests! {
+    /// Eight tasks insert the same record at once: the insert is one EGT that inserts the
+    /// owner row, so exactly one succeeds and the others get `Conflict`; the record has one
+    /// row per identifier.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn concurrent_inserts_of_one_record_exactly_one_wins(backend) {
+        let c = open(common::store(backend), common::airports_schema()).await;
+        let tasks: Vec<_> = (0..8)
+            .map(|t| {
+                let c = c.clone();
+                tokio::spawn(async move {
+                    let r = rec(json!({"icao": "KBOS", "iata": "BOS", "name": "Logan", "writer": t}));
+                    c.insert(r, false).await
+                })
+            })
+            .collect();
+        let mut won = 0;
+        for t in tasks {
+            match t.await.unwrap() {
+                Ok(_) => won += 1,
+                Err(Error::Conflict(_)) => {}
+                Err(e) => panic!("{backend:?}: {e}"),
+            }
+        }
+        assert_eq!(won, 1, "{backend:?}: exactly one insert wins");
+        let owners = check_invariant(&partition_rows(&c).await, &["icao", "iata", "lid"]);
+        assert_eq!(owners.len(), 1);
+        assert_eq!(partition_rows(&c).await.len(), 3, "owner + icao + iata rows");
+    }
+}
+
+/// The CLI in single-partition mode (embedded store): writes and lookups as in WAL mode,
+/// whole-table commands refused with the mode's reason (exit status 1), and the catalog
+/// refused when opened in WAL mode.
+#[test]
+fn the_cli_in_single_partition_mode() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = |args: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_table-catalog"))
+            .env_remove("AZURE_STORAGE_CONNECTION_STRING")
+            .env_remove("AzureWebJobsStorage")
+            .env_remove("TABLE_CATALOG_MODE")
+            .env_remove("TABLE_CATALOG_TENANT")
+            .env("RUST_LOG", "error")
+            .args(["--name", "clisp", "--local-path"])
+            .arg(dir.path())
+            .args(args)
+            .output()
+            .expect("run table-catalog")
+    };
+    let sp = ["--mode", "single-partition", "--tenant", "acme"];
+    let create = [&sp[..], &["--index-keys", "icao,iata", "--row-key", "name"]].concat();
+    let out = run(&[&create[..], &["insert", r#"{"icao":"KJFK","iata":"JFK","name":"JFK"}"#]].concat());
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let written: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(written["applied"], true);
+    let out = run(&[&sp[..], &["query", "iata=jfk"]].concat());
+    assert!(String::from_utf8_lossy(&out.stdout).contains("KJFK"), "{out:?}");
+    let out = run(&[&sp[..], &["verify"]].concat());
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not supported in single-partition mode"), "{out:?}");
+    let out = run(&["query", "iata=jfk"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("created in single-partition mode"), "{out:?}");
+    let out = run(&["--mode", "single-partition", "query", "iata=jfk"]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("TABLE_CATALOG_TENANT"), "{out:?}");
 }
