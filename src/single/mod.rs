@@ -163,25 +163,43 @@ impl SinglePartition {
 
     /// Replaces the records matching `filter` with `record`: every match but one is deleted
     /// in its own EGT, then one EGT deletes the last match and stores `record` (so a replace
-    /// of one record is atomic). Without a match, `record` is stored. Returns it as stored.
+    /// of one record is atomic). When that last match changed meanwhile so that it no longer
+    /// matches (another writer replaced or deleted it), the filter is resolved again, so two
+    /// replaces of one record take effect one after the other. Without a match, `record` is
+    /// stored. Returns it as stored.
     pub(crate) async fn replace(&self, filter: Filter, record: Record, write_id: &str) -> Result<Record> {
         let filter = self.check_filter(filter)?;
         let record = self.check(record)?;
         let new_identity = self.rows(&record, write_id)?.identity;
-        let mut matched = self.matching(&filter).await?;
-        // The match that is the new record itself, or else the last, goes with the store.
-        let last = match matched.iter().position(|m| *m == new_identity) {
-            Some(i) => Some(matched.remove(i)),
-            None => matched.pop(),
-        };
-        for identity in &matched {
-            self.remove(identity, &filter).await?;
+        for _ in 0..write::ATTEMPTS {
+            let mut matched = self.matching(&filter).await?;
+            // The match that is the new record itself, or else the last, goes with the store.
+            let last = match matched.iter().position(|m| *m == new_identity) {
+                Some(i) => Some(matched.remove(i)),
+                None => matched.pop(),
+            };
+            for identity in &matched {
+                self.remove(identity, &filter).await?;
+            }
+            match last {
+                Some(old) => {
+                    if self.swap(&old, &filter, &record, write_id).await?.is_some() {
+                        return Ok(record);
+                    }
+                }
+                None => {
+                    self.put(&record, false, write_id).await?;
+                    return Ok(record);
+                }
+            }
         }
-        match last {
-            Some(old) => self.swap(&old, &filter, &record, write_id).await?,
-            None => self.put(&record, false, write_id).await?,
-        };
-        Ok(record)
+        Err(Error::Busy {
+            message: format!(
+                "replace: the last matched record kept changing ({} attempts): the new record was not stored (other matched records may have been deleted); retry",
+                write::ATTEMPTS
+            ),
+            retry_after_secs: 1,
+        })
     }
 
     /// Upserts many records, each in its own EGT (with its own write id, returned), up to

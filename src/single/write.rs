@@ -24,7 +24,7 @@ use crate::store::{BatchOp, ETag, Entity, IfMatch, StoreError};
 use super::{egt, layout, SinglePartition};
 
 /// Attempts of one write under contention (the first included), and the backoff between them.
-const ATTEMPTS: usize = 40;
+pub(crate) const ATTEMPTS: usize = 40;
 const BACKOFF_MIN: Duration = Duration::from_millis(2);
 const BACKOFF_MAX: Duration = Duration::from_millis(250);
 
@@ -192,29 +192,38 @@ impl SinglePartition {
         .await
     }
 
-    /// Deletes record `old` (if it still matches `filter`) and stores `record` in one EGT.
-    /// Returns the new record's identity.
-    pub(crate) async fn swap(&self, old: &str, filter: &Filter, record: &Record, write_id: &str) -> Result<String> {
+    /// Deletes record `old` and stores `record` in one EGT, if `old` still matches `filter`;
+    /// `Ok(None)` without writing anything when it no longer does (gone, or changed so that it
+    /// does not match): the caller resolves the filter again. Returns the new record's
+    /// identity.
+    pub(crate) async fn swap(
+        &self,
+        old: &str,
+        filter: &Filter,
+        record: &Record,
+        write_id: &str,
+    ) -> Result<Option<String>> {
         let rows = self.rows(record, write_id)?;
         if rows.identity == old {
             // The same record: replacing it in place is an upsert.
-            return self.put(record, false, write_id).await;
+            return self.put(record, false, write_id).await.map(Some);
         }
         egt::check(&self.store_ops(&rows, None), "this replace")?;
-        self.retrying("replace", || async {
-            let removed = match self.current(old).await? {
-                Some(cur) if still_matches(&self.schema, filter, old, &cur.record) => Some(cur),
-                _ => None,
-            };
-            let current = self.current(&rows.identity).await?;
-            let mut ops = removed.as_ref().map(|cur| self.delete_ops(old, cur)).unwrap_or_default();
-            ops.extend(self.store_ops(&rows, current.as_ref()));
-            egt::check(&ops, "this replace")?;
-            self.store.batch(&self.table, &self.partition, &ops).await?;
-            Ok(())
-        })
-        .await?;
-        Ok(rows.identity)
+        let swapped = self
+            .retrying("replace", || async {
+                let removed = match self.current(old).await? {
+                    Some(cur) if still_matches(&self.schema, filter, old, &cur.record) => cur,
+                    _ => return Ok(false),
+                };
+                let current = self.current(&rows.identity).await?;
+                let mut ops = self.delete_ops(old, &removed);
+                ops.extend(self.store_ops(&rows, current.as_ref()));
+                egt::check(&ops, "this replace")?;
+                self.store.batch(&self.table, &self.partition, &ops).await?;
+                Ok(true)
+            })
+            .await?;
+        Ok(swapped.then_some(rows.identity))
     }
 }
 

@@ -529,3 +529,36 @@ fn the_cli_in_single_partition_mode() {
     let out = run(&["--mode", "single-partition", "query", "iata=jfk"]);
     assert!(String::from_utf8_lossy(&out.stderr).contains("TABLE_CATALOG_TENANT"), "{out:?}");
 }
+
+common::backend_tests! {
+    /// Two replaces of one record, the second held after resolving its filter until the first
+    /// committed: the second finds its match gone, resolves the filter again and replaces the
+    /// first's record, so one record is left (not one per replace).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_replace_whose_match_was_replaced_meanwhile_resolves_again(backend) {
+        use table_catalog::store::OpKind;
+        use table_catalog::testing::store::fault::{Fault, FaultStore, Gate, Rule, Trigger};
+        let inner = common::store(backend);
+        let faulty = Arc::new(FaultStore::new(inner.clone(), 3));
+        let held = open(faulty.clone(), common::airports_schema()).await;
+        let other = Arc::new(
+            Catalog::open_with_mode(inner, held.names().clone(), None, CatalogOptions::default(), &mode()).await.unwrap(),
+        );
+        let oak = |iata: &str| rec(json!({"icao": "KOAK", "iata": iata, "name": "Oakland"}));
+        held.upsert(oak("OAK"), false).await.unwrap();
+        // The held replace's first point read (the matched record's owner row) waits at the gate.
+        let gate = Gate::new();
+        faulty.add(Rule::new(&[OpKind::Get], Trigger::Nth(1), Fault::Hold(gate.clone())));
+        let second = tokio::spawn({
+            let held = held.clone();
+            async move { held.replace(filter("icao", "KOAK"), oak("SMF"), false).await }
+        });
+        gate.reached(1).await;
+        other.replace(filter("icao", "KOAK"), oak("SJC"), false).await.unwrap();
+        gate.open();
+        second.await.unwrap().unwrap();
+        let left = held.query_all(&filter("icao", "KOAK")).await.unwrap();
+        assert_eq!(left, vec![oak("SMF")], "{backend:?}: the second replace replaced the first's record");
+        check_invariant(&partition_rows(&held).await, &["icao", "iata", "lid"]);
+    }
+}
