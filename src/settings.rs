@@ -277,7 +277,7 @@ pub const SETTINGS: &[Setting] = &[
                       entity group transaction (no WAL, queue or sweeper; at most 99 index \
                       values per record; README.md, \"Choosing a mode\").",
         used_in: UsedIn::Both,
-        functions_app: FunctionsApp::Unset,
+        functions_app: FunctionsApp::Optional,
     },
     Setting {
         name: TENANT,
@@ -286,7 +286,7 @@ pub const SETTINGS: &[Setting] = &[
                       TABLE_CATALOG_MODE=single-partition): the PartitionKey its rows share, \
                       at most 1 KiB once escaped. Ignored in WAL mode.",
         used_in: UsedIn::Both,
-        functions_app: FunctionsApp::Unset,
+        functions_app: FunctionsApp::Optional,
     },
     Setting {
         name: LOCAL_PATH,
