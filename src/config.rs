@@ -158,6 +158,7 @@ impl Config {
         if let Some(mode) = env(settings::MODE) {
             match Mode::parse(settings::MODE, &mode, env(settings::TENANT).as_deref()) {
                 Ok(m) => c.mode = m,
+                Err(Error::Config(m)) => c.mode_error = Some(m),
                 Err(e) => c.mode_error = Some(e.to_string()),
             }
         }
@@ -200,14 +201,15 @@ impl Config {
     /// Creates (or opens) the catalog in single-partition mode ([`Mode::SinglePartition`]):
     /// every row in the one partition `tenant`, every write one atomic entity group
     /// transaction (builder style).
-    pub fn single_partition(mut self, tenant: impl Into<String>) -> Config {
-        self.mode = Mode::SinglePartition { tenant: tenant.into() };
-        self
+    pub fn single_partition(self, tenant: impl Into<String>) -> Config {
+        self.mode(Mode::SinglePartition { tenant: tenant.into() })
     }
 
-    /// Sets the catalog's mode (builder style; see [`Config::single_partition`]).
+    /// Sets the catalog's mode (builder style; see [`Config::single_partition`]). It replaces
+    /// the mode settings [`Config::from_env`] read, an invalid one included.
     pub fn mode(mut self, mode: Mode) -> Config {
         self.mode = mode;
+        self.mode_error = None;
         self
     }
 

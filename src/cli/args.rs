@@ -80,8 +80,10 @@ pub struct CatalogArgs {
     pub history_max: Option<u32>,
     /// The catalog's mode, chosen when it is created: `wal` (one partition per indexed
     /// value, write-ahead log) or `single-partition` (every row in the partition --tenant,
-    /// each write one atomic entity group transaction; README.md, "Choosing a mode").
-    #[arg(long, env = settings::MODE, value_enum, global = true)]
+    /// each write one atomic entity group transaction; README.md, "Choosing a mode")
+    /// [default: TABLE_CATALOG_MODE, else wal].
+    // Not `env = ..`: the Functions app lists the setting empty, which clap would refuse.
+    #[arg(long, value_enum, global = true)]
     pub mode: Option<ModeArg>,
     /// The tenant key of a single-partition catalog: the PartitionKey of its rows.
     #[arg(long, env = settings::TENANT, global = true)]
@@ -347,12 +349,17 @@ impl CatalogArgs {
             DurabilityArg::Full => Durability::Full,
             DurabilityArg::Process => Durability::Process,
         };
-        if let Some(mode) = self.mode {
-            let name = match mode {
-                ModeArg::Wal => "wal",
-                ModeArg::SinglePartition => "single-partition",
-            };
-            c.mode = Mode::parse("--mode", name, self.tenant.as_deref())?;
+        // The flags over TABLE_CATALOG_MODE (read by `Config::from_env`, an empty value
+        // meaning unset) and TABLE_CATALOG_TENANT.
+        let tenant = self.tenant.as_deref().filter(|t| !t.trim().is_empty());
+        let from_env = std::env::var(settings::MODE).ok().filter(|m| !m.trim().is_empty());
+        let (setting, name) = match self.mode {
+            Some(ModeArg::Wal) => ("--mode", Some("wal".to_string())),
+            Some(ModeArg::SinglePartition) => ("--mode", Some("single-partition".to_string())),
+            None => (settings::MODE, from_env),
+        };
+        if let Some(name) = name {
+            c = c.mode(Mode::parse(setting, &name, tenant)?);
         }
         Ok(c)
     }
