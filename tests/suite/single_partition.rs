@@ -499,19 +499,21 @@ common::backend_tests! {
 #[test]
 fn the_cli_in_single_partition_mode() {
     let dir = tempfile::tempdir().unwrap();
-    let run = |args: &[&str]| {
+    let run_with = |env: &[(&str, &str)], name: &str, args: &[&str]| {
         std::process::Command::new(env!("CARGO_BIN_EXE_table-catalog"))
             .env_remove("AZURE_STORAGE_CONNECTION_STRING")
             .env_remove("AzureWebJobsStorage")
             .env_remove("TABLE_CATALOG_MODE")
             .env_remove("TABLE_CATALOG_TENANT")
+            .envs(env.iter().copied())
             .env("RUST_LOG", "error")
-            .args(["--name", "clisp", "--local-path"])
+            .args(["--name", name, "--local-path"])
             .arg(dir.path())
             .args(args)
             .output()
             .expect("run table-catalog")
     };
+    let run = |args: &[&str]| run_with(&[], "clisp", args);
     let sp = ["--mode", "single-partition", "--tenant", "acme"];
     let create = [&sp[..], &["--index-keys", "icao,iata", "--row-key", "name"]].concat();
     let out = run(&[&create[..], &["insert", r#"{"icao":"KJFK","iata":"JFK","name":"JFK"}"#]].concat());
@@ -528,6 +530,13 @@ fn the_cli_in_single_partition_mode() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("created in single-partition mode"), "{out:?}");
     let out = run(&["--mode", "single-partition", "query", "iata=jfk"]);
     assert!(String::from_utf8_lossy(&out.stderr).contains("TABLE_CATALOG_TENANT"), "{out:?}");
+    // The settings, as the Functions app gives them; empty ones (its placeholders) are unset.
+    let env = [("TABLE_CATALOG_MODE", "single-partition"), ("TABLE_CATALOG_TENANT", "acme")];
+    let out = run_with(&env, "clisp", &["query", "icao=KJFK"]);
+    assert!(String::from_utf8_lossy(&out.stdout).contains("KJFK"), "{out:?}");
+    let empty = [("TABLE_CATALOG_MODE", ""), ("TABLE_CATALOG_TENANT", "")];
+    let out = run_with(&empty, "clispwal", &["--index-keys", "icao", "--row-key", "name", "status"]);
+    assert!(out.status.success(), "an empty mode setting is WAL mode: {out:?}");
 }
 
 common::backend_tests! {
