@@ -95,8 +95,12 @@ pub async fn shutdown_signal() {
 
 /// Runs the apply queue's dispatcher (the stand-in for the Functions `apply` trigger, with
 /// the `host.json` policy; see `crate::dispatch`) until stopped. On stop, the messages in
-/// flight are finished first.
+/// flight are finished first. Returns at once for a catalog in single-partition mode, which
+/// has no apply queue.
 pub async fn run_worker(catalog: Arc<Catalog>, opts: ServeOptions, stop: watch::Receiver<bool>) {
+    if catalog.mode() != crate::catalog::Mode::Wal {
+        return;
+    }
     Arc::new(Dispatcher::apply(catalog).with_policy(opts.policy)).run(opts.worker, stop).await
 }
 
