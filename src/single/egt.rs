@@ -21,28 +21,30 @@ fn json_units(s: &str) -> usize {
     s.chars().map(|c| if c.is_ascii() { 1 } else { 12 }).sum()
 }
 
+/// An upper bound on the `$batch` request-body bytes of writing entity `e` (one operation).
+pub(crate) fn entity_bytes(e: &Entity) -> usize {
+    OP_OVERHEAD
+        + json_units(&e.partition_key)
+        + 3 * json_units(&e.row_key)
+        + e.properties
+            .iter()
+            .map(|(k, v)| {
+                let value = match v {
+                    Value::String(s) => json_units(s),
+                    Value::Binary(b) => b.len() * 4 / 3 + 4,
+                    _ => 48,
+                };
+                json_units(k) * 2 + value + 64
+            })
+            .sum::<usize>()
+}
+
 /// An upper bound on the `$batch` request-body bytes of `op`.
 pub(crate) fn op_bytes(op: &BatchOp) -> usize {
-    let entity_bytes = |e: &Entity| {
-        json_units(&e.partition_key)
-            + 3 * json_units(&e.row_key)
-            + e.properties
-                .iter()
-                .map(|(k, v)| {
-                    let value = match v {
-                        Value::String(s) => json_units(s),
-                        Value::Binary(b) => b.len() * 4 / 3 + 4,
-                        _ => 48,
-                    };
-                    json_units(k) * 2 + value + 64
-                })
-                .sum::<usize>()
-    };
-    OP_OVERHEAD
-        + match op {
-            BatchOp::Insert(e) | BatchOp::Upsert(e) | BatchOp::Replace(e, _) => entity_bytes(e),
-            BatchOp::Delete { row_key, .. } => 3 * json_units(row_key),
-        }
+    match op {
+        BatchOp::Insert(e) | BatchOp::Upsert(e) | BatchOp::Replace(e, _) => entity_bytes(e),
+        BatchOp::Delete { row_key, .. } => OP_OVERHEAD + 3 * json_units(row_key),
+    }
 }
 
 /// Checks that `ops` fit one EGT. `what` says what the write needs them for; the error names

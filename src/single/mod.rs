@@ -16,6 +16,7 @@
 //! row. Not supported in this mode (refused with [`crate::Error::NotSupported`]): history,
 //! online index changes, whole-table jobs, the WAL's operator reads, hashed index fields.
 
+pub(crate) mod batch;
 pub(crate) mod egt;
 pub(crate) mod layout;
 pub(crate) mod meta;
@@ -23,8 +24,6 @@ pub(crate) mod query;
 pub(crate) mod write;
 
 use std::sync::Arc;
-
-use futures::StreamExt as _;
 
 use crate::error::{Error, Result};
 use crate::names::Names;
@@ -86,9 +85,6 @@ pub(crate) struct SinglePartition {
     partition: String,
     schema: Arc<Schema>,
 }
-
-/// Records written at once by a batch upsert (each its own EGT).
-const BATCH_CONCURRENCY: usize = 8;
 
 impl SinglePartition {
     /// Opens tenant `tenant`'s catalog in `names.table`: checks or stores the mode row
@@ -200,37 +196,5 @@ impl SinglePartition {
             ),
             retry_after_secs: 1,
         })
-    }
-
-    /// Upserts many records, each in its own EGT (with its own write id, returned), up to
-    /// [`BATCH_CONCURRENCY`] at once; inputs with the same identity are written one after
-    /// the other in input order, so the last one wins. One result per input, in order.
-    pub(crate) async fn upsert_many(&self, records: Vec<Record>) -> Vec<Result<String>> {
-        let mut results: Vec<Option<Result<String>>> = Vec::with_capacity(records.len());
-        let mut groups: std::collections::BTreeMap<String, Vec<(usize, Record)>> = Default::default();
-        for (i, record) in records.into_iter().enumerate() {
-            results.push(None);
-            match self.check(record).and_then(|r| Ok((self.schema.record_keys(&r)?.row_key, r))) {
-                Ok((identity, r)) => groups.entry(identity).or_default().push((i, r)),
-                Err(e) => results[i] = Some(Err(e)),
-            }
-        }
-        let done: Vec<Vec<(usize, Result<String>)>> = futures::stream::iter(groups.into_values())
-            .map(|group| async move {
-                let mut out = Vec::with_capacity(group.len());
-                for (i, r) in group {
-                    let id = crate::env::uuid().to_string();
-                    let result = self.put(&r, false, &id).await.map(|_| id);
-                    out.push((i, result));
-                }
-                out
-            })
-            .buffer_unordered(BATCH_CONCURRENCY)
-            .collect()
-            .await;
-        for (i, result) in done.into_iter().flatten() {
-            results[i] = Some(result);
-        }
-        results.into_iter().map(|r| r.unwrap_or_else(|| Err(Error::invalid("batch: missing result")))).collect()
     }
 }

@@ -40,7 +40,7 @@ pub(crate) struct Rows {
 }
 
 /// A record's current owner row: its record and ETag.
-struct Current {
+pub(super) struct Current {
     record: Record,
     etag: ETag,
 }
@@ -87,7 +87,7 @@ impl SinglePartition {
     }
 
     /// The owner row of `identity`, if the record exists.
-    async fn current(&self, identity: &str) -> Result<Option<Current>> {
+    pub(super) async fn current(&self, identity: &str) -> Result<Option<Current>> {
         let Some(row) = self.store.get(&self.table, &self.partition, &layout::owner_row(identity)).await? else {
             return Ok(None);
         };
@@ -100,7 +100,7 @@ impl SinglePartition {
     /// The operations that store `rows` over the record's current state: the owner row
     /// inserted (absent) or replaced under its ETag, the index rows upserted, and the index
     /// rows of the current record that the new one does not have deleted.
-    fn store_ops(&self, rows: &Rows, current: Option<&Current>) -> Vec<BatchOp> {
+    pub(super) fn store_ops(&self, rows: &Rows, current: Option<&Current>) -> Vec<BatchOp> {
         let mut ops = Vec::with_capacity(rows.index.len() + 1);
         let new_keys: BTreeSet<&str> = rows.index.iter().map(|e| e.row_key.as_str()).collect();
         match current {
@@ -135,7 +135,7 @@ impl SinglePartition {
 
     /// Runs `attempt` (read, build, one EGT) until it commits, retrying the races of
     /// [`is_race`] with backoff. Out of attempts: [`Error::Busy`] (HTTP 503, `Retry-After`).
-    async fn retrying<T, F, Fut>(&self, what: &str, attempt: F) -> Result<T>
+    pub(super) async fn retrying<T, F, Fut>(&self, what: &str, attempt: F) -> Result<T>
     where
         F: FnMut() -> Fut,
         Fut: std::future::Future<Output = Result<T>>,

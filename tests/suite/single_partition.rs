@@ -146,6 +146,11 @@ common::backend_tests! {
         assert_eq!(names, (0..5).map(|i| format!("Shared {i}")).collect::<Vec<_>>());
         let ranged = c.query(&filter("lid", "SHARED").range(Some("shared 1".into()), Some("shared 3".into())), 10, None).await.unwrap();
         assert_eq!(ranged.records.len(), 3, "row_from/row_to within one value");
+        // One identity twice in a batch: written in input order, the last wins.
+        let dup = |v: i64| rec(json!({"icao": "ZDUP", "name": "Dup", "v": v}));
+        let results = c.upsert_many(vec![dup(1), rec(json!({"icao": "ZOTH", "name": "Other"})), dup(2)], false).await.unwrap();
+        assert!(results.iter().all(|r| r.is_ok()), "{results:?}");
+        assert_eq!(c.query_all(&filter("icao", "zdup")).await.unwrap(), vec![dup(2)]);
         // consistent=true needs no catch-up: the same answer.
         let consistent = c.query_consistent(&filter("lid", "SHARED"), 10, None).await.unwrap();
         assert_eq!(consistent.records.len(), 5);
@@ -434,6 +439,15 @@ common::backend_tests! {
             cost(&counts, async { sp.delete(filter("iata", "JFY"), false).await.unwrap(); }).await,
         ];
         assert_eq!(single, [(2, 1), (2, 1), (4, 1), (3, 1)], "{backend:?}: (requests, EGTs) of insert, upsert, replace, delete");
+        // A batch of 50 new records of 3 identifiers: 4 rows each, 25 records per EGT of 100
+        // operations: one owner-row read per record and 2 EGTs.
+        let many: Vec<Record> = (0..50).map(|i| rec(json!({"icao": format!("K{i:03}"), "iata": format!("I{i:02}"), "lid": format!("L{i:02}"), "name": format!("n{i}")}))).collect();
+        let batch = cost(&counts, async { assert!(sp.upsert_many(many.clone(), false).await.unwrap().iter().all(|r| r.is_ok())); }).await;
+        assert_eq!(batch, (52, 2), "{backend:?}: (requests, EGTs) of a batch of 50");
+        check_invariant(&partition_rows(&sp).await, &["icao", "iata", "lid"]);
+        // The same batch again (every owner row exists now): replaced under their ETags.
+        let again = cost(&counts, async { assert!(sp.upsert_many(many, false).await.unwrap().iter().all(|r| r.is_ok())); }).await;
+        assert_eq!(again, (52, 2), "{backend:?}: a batch over existing records");
         let names = Names::new(&common::unique_name("wal"), None, None).unwrap();
         let wal = Catalog::open(counting.clone(), names, common::airports_schema(), CatalogOptions::default()).await.unwrap();
         wal.upsert(rec(json!({"icao": "KAAA", "name": "warm-up"})), true).await.unwrap();
