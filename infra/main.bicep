@@ -45,6 +45,12 @@ param indexKeys string
 @description('Field whose value starts the RowKey (TABLE_CATALOG_ROW_KEY).')
 param rowKey string
 
+@description('The catalog mode (TABLE_CATALOG_MODE), chosen when the catalog is created: empty or wal for the write-ahead-log mode, single-partition for every row in the partition catalogTenant with each write one entity group transaction (README.md, Choosing a mode).')
+param catalogMode string = ''
+
+@description('The tenant key of a single-partition catalog (TABLE_CATALOG_TENANT): the PartitionKey of its rows. Empty in WAL mode.')
+param catalogTenant string = ''
+
 @description('Index fields keyed by an HMAC-SHA-256 of their value instead of the value (TABLE_CATALOG_HASHED_KEYS), comma-separated, e.g. ssn. Empty: none. Needs hashKeyVaultName and hashKeySecretName.')
 param hashedKeys string = ''
 
@@ -377,6 +383,14 @@ resource functionApp 'Microsoft.Web/sites@2024-04-01' = {
         {
           name: 'TABLE_CATALOG_WAL_SHARDS'
           value: string(walShards)
+        }
+        {
+          name: 'TABLE_CATALOG_MODE'
+          value: catalogMode
+        }
+        {
+          name: 'TABLE_CATALOG_TENANT'
+          value: catalogTenant
         }
         {
           name: 'TABLE_CATALOG_HASHED_KEYS'

@@ -5,7 +5,8 @@
 //! [`Error::Invalid`] or [`Error::TooLarge`] naming the field and the limit, and nothing is
 //! written. A write is acknowledged once its WAL entry is durable; it is then applied
 //! asynchronously (a hint on the apply queue, the sweeper as a backstop), or before the call
-//! returns when `wait` is set.
+//! returns when `wait` is set. A catalog in single-partition mode (`crate::single`) hands
+//! writes and lookups to that engine instead: one entity group transaction per write, no WAL.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -39,6 +40,9 @@ pub use crate::apply::DrainOutcome;
 pub use crate::status::{ShardStatus, Status};
 pub use crate::wal::{DeadEntry, DeadPage, ShardId, WalId, WalOptions};
 
+pub use crate::single::Mode;
+use crate::single::SinglePartition;
+
 /// Tunables of a catalog.
 #[derive(Debug, Clone)]
 pub struct CatalogOptions {
@@ -70,7 +74,8 @@ impl Default for CatalogOptions {
 /// An acknowledged write.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Written {
-    /// Its WAL id.
+    /// Its WAL id (single-partition mode: a fresh id of the write, recorded in the rows it
+    /// wrote; there is no WAL entry).
     pub id: String,
     /// The WAL shard it was logged in (not serialised).
     #[serde(skip)]
@@ -145,6 +150,16 @@ pub enum MessageOutcome {
 }
 
 /// A multi-index catalog.
+///
+/// In single-partition mode ([`Mode::SinglePartition`], [`Catalog::open_with_mode`]) the same
+/// methods behave as documented with these differences: every write is one entity group
+/// transaction, applied before it returns (`wait` changes nothing, [`Written::applied`] is
+/// always true, its id is a fresh UUID, not a WAL id); a filter over several records removes
+/// each in its own transaction; `query_consistent` is `query`; `status` reports nothing
+/// pending, `recover` and `sweep` do nothing; `history`, the WAL's reads (`wal_state`,
+/// `dead`, `redrive`) and index changes fail with [`Error::NotSupported`]. Limits: at most 99
+/// index values per record and about 4 MiB of row copies per write ([`Error::Invalid`]
+/// naming `record` and the limit). docs/ARCHITECTURE.md, "Single-partition mode".
 pub struct Catalog {
     store: Arc<dyn Store>,
     /// The schema in force and its changes; holds the WAL and the apply engine.
@@ -159,6 +174,10 @@ pub struct Catalog {
     requests: Option<Arc<RequestCounts>>,
     /// Apply counters of this catalog, rendered by [`Catalog::metrics_text`].
     apply_metrics: crate::metrics::ApplyMetrics,
+    /// The single-partition engine, in that mode ([`Mode::SinglePartition`]); `None` in WAL
+    /// mode. In that mode the WAL, apply engine and schema manager above are built but never
+    /// used: no table or queue of theirs is created.
+    single: Option<Arc<SinglePartition>>,
 }
 
 impl std::fmt::Debug for Catalog {
@@ -188,7 +207,102 @@ impl Catalog {
         let work = Arc::new(tokio::sync::Notify::new());
         let hints = Hinter::new(store.clone(), names.queue.clone(), work.clone(), wal.write_share());
         let schemas = SchemaManager::new(store.clone(), wal, applier, jobs, hints.clone());
-        Ok(Catalog { store, schemas, names, opts, work, hints, requests: None, apply_metrics: Default::default() })
+        Ok(Catalog {
+            store,
+            schemas,
+            names,
+            opts,
+            work,
+            hints,
+            requests: None,
+            apply_metrics: Default::default(),
+            single: None,
+        })
+    }
+
+    /// Opens a catalog in `mode` ([`Mode`], chosen when the catalog is created and stored
+    /// with it). WAL mode: as [`Catalog::open`] (a `schema` is required), after checking that
+    /// the catalog table is not a single-partition one (one more read). Single-partition
+    /// mode: checks or stores the tenant's mode row in the catalog table (its schema: the
+    /// stored one when `schema` is `None`) and creates nothing else (no WAL table, no queue).
+    /// Errors: the catalog was created in the other mode or with another schema
+    /// ([`Error::SchemaMismatch`]), no schema given or stored ([`Error::Config`]), hashed
+    /// fields in single-partition mode ([`Error::NotSupported`]), storage failures.
+    pub async fn open_with_mode(
+        store: Arc<dyn Store>,
+        names: Names,
+        schema: Option<Schema>,
+        opts: CatalogOptions,
+        mode: &Mode,
+    ) -> Result<Catalog> {
+        match mode {
+            Mode::Wal => {
+                let schema = schema.ok_or_else(|| {
+                    Error::Config(format!(
+                        "catalog '{}': no schema given ({}, {})",
+                        names.table,
+                        crate::settings::INDEX_KEYS,
+                        crate::settings::ROW_KEY
+                    ))
+                })?;
+                crate::single::meta::refuse_if_single(store.as_ref(), &names).await?;
+                Catalog::open(store, names, schema, opts).await
+            }
+            Mode::SinglePartition { tenant } => {
+                let engine = SinglePartition::open(store.clone(), &names, tenant, schema).await?;
+                let schema = (*engine.schema()).clone();
+                // Built for the methods' shared plumbing only; nothing of theirs is created.
+                let wal = Arc::new(Wal::new(store.clone(), names.wal_table.clone(), opts.wal.clone()));
+                let jobs = SchemaManager::jobs(store.clone(), names.wal_table.clone(), names.scan_queue.clone());
+                let applier = Applier::new(wal.clone(), names.table.clone(), schema).with_jobs(jobs.clone());
+                let work = Arc::new(tokio::sync::Notify::new());
+                let hints = Hinter::new(store.clone(), names.queue.clone(), work.clone(), wal.write_share());
+                let schemas = SchemaManager::new(store.clone(), wal, applier, jobs, hints.clone());
+                Ok(Catalog {
+                    store,
+                    schemas,
+                    names,
+                    opts,
+                    work,
+                    hints,
+                    requests: None,
+                    apply_metrics: Default::default(),
+                    single: Some(Arc::new(engine)),
+                })
+            }
+        }
+    }
+
+    /// The mode the catalog was opened in (and created with).
+    pub fn mode(&self) -> Mode {
+        match &self.single {
+            None => Mode::Wal,
+            Some(s) => Mode::SinglePartition { tenant: s.tenant().to_string() },
+        }
+    }
+
+    /// [`Error::NotSupported`] in single-partition mode, naming `what` and why.
+    pub(crate) fn wal_mode_only(&self, what: &str) -> Result<()> {
+        match &self.single {
+            None => Ok(()),
+            Some(s) => Err(Error::NotSupported(format!(
+                "{what} is not supported in single-partition mode (catalog '{}', tenant '{}'): it has no WAL, \
+                 queue or jobs table; use a WAL-mode catalog (docs/ARCHITECTURE.md, \"Single-partition mode\")",
+                self.names.table,
+                s.tenant()
+            ))),
+        }
+    }
+
+    /// In single-partition mode, every record once (from its owner row), `segment` rows per
+    /// request: the export of that mode. `None` in WAL mode (`crate::export` reads the table).
+    pub(crate) fn single_records(&self, segment: usize) -> Option<futures::stream::BoxStream<'static, Result<Record>>> {
+        self.single.as_ref().map(|sp| sp.clone().records(segment))
+    }
+
+    /// A single-partition write's acknowledgement (write `id`): applied when it returns.
+    fn single_written(id: String, record: Option<Record>) -> Written {
+        Written { id, shard: None, record, applied: true }
     }
 
     /// Reports `counts` in [`Catalog::status`] (builder style). Pass the counters of the
@@ -253,6 +367,11 @@ impl Catalog {
     /// overwrite. The check is made when the write is logged: two concurrent inserts of the
     /// same identity both succeed and the later one wins.
     pub async fn insert(&self, record: Record, wait: bool) -> Result<Written> {
+        if let Some(sp) = &self.single {
+            let id = crate::env::uuid().to_string();
+            let record = sp.upsert(record, true, &id).await?;
+            return Ok(Catalog::single_written(id, Some(record)));
+        }
         self.schemas
             .under_schema(|schema| {
                 let record = record.clone();
@@ -276,6 +395,11 @@ impl Catalog {
 
     /// Stores a record in every index, replacing one with the same identity.
     pub async fn upsert(&self, record: Record, wait: bool) -> Result<Written> {
+        if let Some(sp) = &self.single {
+            let id = crate::env::uuid().to_string();
+            let record = sp.upsert(record, false, &id).await?;
+            return Ok(Catalog::single_written(id, Some(record)));
+        }
         self.schemas
             .under_schema(|schema| {
                 let record = record.clone();
@@ -290,6 +414,11 @@ impl Catalog {
     /// Deletes the records matching `filter` (when applied) and stores `record`. Use it to
     /// change a record's indexed values.
     pub async fn replace(&self, filter: Filter, record: Record, wait: bool) -> Result<Written> {
+        if let Some(sp) = &self.single {
+            let id = crate::env::uuid().to_string();
+            let record = sp.replace(filter, record, &id).await?;
+            return Ok(Catalog::single_written(id, Some(record)));
+        }
         self.schemas
             .under_schema(|schema| {
                 let (filter, record) = (filter.clone(), record.clone());
@@ -305,6 +434,10 @@ impl Catalog {
     /// Deletes the records matching `filter` from every index. The filter is resolved when
     /// the entry is applied, so it also deletes matching writes logged before it.
     pub async fn delete(&self, filter: Filter, wait: bool) -> Result<Written> {
+        if let Some(sp) = &self.single {
+            sp.delete(filter).await?;
+            return Ok(Catalog::single_written(crate::env::uuid().to_string(), None));
+        }
         self.schemas
             .under_schema(|schema| {
                 let filter = filter.clone();
@@ -321,6 +454,7 @@ impl Catalog {
     /// and it still belongs to no record there ([`Op::RemoveRow`]). Errors: an empty key or
     /// ETag (invalid input, nothing logged), storage failures.
     pub(crate) async fn remove_stray_row(&self, partition_key: &str, row_key: &str, etag: &str) -> Result<Written> {
+        self.wal_mode_only("removing a stray row (repair)")?;
         for (field, value) in [("partition_key", partition_key), ("row_key", row_key), ("etag", etag)] {
             if value.is_empty() {
                 return Err(Error::invalid(format!("remove_row: {field} is empty")));
@@ -368,6 +502,10 @@ impl Catalog {
     /// and 100 entries). Returns one result per input, in order: the WAL id, or the reason the
     /// record was rejected. Valid records are logged even when others are rejected.
     pub async fn upsert_many(&self, records: Vec<Record>, wait: bool) -> Result<Vec<Result<String>>> {
+        if let Some(sp) = &self.single {
+            // Each record is its own EGT, applied when this returns (`wait` changes nothing).
+            return Ok(sp.upsert_many(records).await);
+        }
         let (mut results, ids, slots, shards) = self
             .schemas
             .under_schema(|schema| {
@@ -432,6 +570,10 @@ impl Catalog {
     /// here stops at its first group boundary past the deadline, so the wait ends within the
     /// timeout plus the time to apply one group (`crate::apply::Applier::apply_shard_by`).
     pub async fn wait_applied(&self, shard: ShardId, id: &WalId) -> Result<bool> {
+        if self.single.is_some() {
+            // Every single-partition write is applied when it is acknowledged.
+            return Ok(true);
+        }
         let deadline = crate::env::now() + self.opts.wait_timeout;
         let mut delays = crate::env::poll_delays(Duration::from_millis(5), Duration::from_millis(200));
         loop {
@@ -478,12 +620,21 @@ impl Catalog {
         if limit == 0 || limit > MAX_PAGE {
             return Err(Error::invalid(format!("limit: {limit} is out of range 1..={MAX_PAGE}")));
         }
+        if let Some(sp) = &self.single {
+            return sp.query_page(filter, limit, continuation).await;
+        }
         query::query_page(self.store.as_ref(), &self.names.table, schema, filter, limit, continuation).await
     }
 
     /// The schema to run lookup `filter` under, after checking the filter against it (see
     /// [`crate::indexes::lookup_schema`]).
     async fn lookup_schema(&self, filter: &Filter) -> Result<Arc<Schema>> {
+        if let Some(sp) = &self.single {
+            // The schema never changes in this mode: no re-read.
+            let schema = sp.schema();
+            filter.validate(&schema)?;
+            return Ok(schema);
+        }
         self.schemas.lookup_schema(filter).await
     }
 
@@ -501,6 +652,10 @@ impl Catalog {
         continuation: Option<&str>,
     ) -> Result<ResultPage> {
         let schema = self.lookup_schema(filter).await?;
+        if self.single.is_some() {
+            // Every acknowledged write was committed by its own EGT: nothing to catch up on.
+            return self.query_under(&schema, filter, limit, continuation).await;
+        }
         let deadline = crate::env::now() + self.opts.consistent_timeout;
         match self.applier().catch_up(deadline).await? {
             CaughtUp::Yes => self.query_under(&schema, filter, limit, continuation).await,
@@ -536,6 +691,7 @@ impl Catalog {
         limit: usize,
         continuation: Option<&str>,
     ) -> Result<HistoryPage> {
+        self.wal_mode_only("history")?;
         let Some(table) = self.applier().history_table() else {
             return Err(Error::NotFound(format!(
                 "catalog '{}' keeps no history; set {}=on (CLI: --history on)",
@@ -553,6 +709,18 @@ impl Catalog {
     /// Every record matching `filter`.
     pub async fn query_all(&self, filter: &Filter) -> Result<Vec<Record>> {
         let schema = self.lookup_schema(filter).await?;
+        if self.single.is_some() {
+            let mut all = Vec::new();
+            let mut token: Option<String> = None;
+            loop {
+                let page = self.query_under(&schema, filter, MAX_PAGE, token.as_deref()).await?;
+                all.extend(page.records.into_iter().map(|f| f.record));
+                match page.continuation {
+                    Some(next) => token = Some(next),
+                    None => return Ok(all),
+                }
+            }
+        }
         Ok(query::query_all(self.store.as_ref(), &self.names.table, &schema, filter)
             .await?
             .into_iter()
@@ -569,6 +737,7 @@ impl Catalog {
     /// acknowledged yet). One read per shard for the pending check and one for the checkpoints,
     /// plus one for the dead partition.
     pub async fn wal_state(&self, id: &str) -> Result<WalState> {
+        self.wal_mode_only("the WAL's entry states")?;
         let id = WalId::parse(id).ok_or_else(|| Error::invalid(format!("id: '{id}' is not a WAL id")))?;
         if self.wal().find_pending(&id).await?.is_some() {
             return Ok(WalState::Pending);
@@ -599,6 +768,7 @@ impl Catalog {
     /// reason each died: at most `limit` (1-1,000), from a continuation token of the previous
     /// page. See `crate::apply::dead`.
     pub async fn dead(&self, limit: usize, continuation: Option<&str>) -> Result<DeadPage> {
+        self.wal_mode_only("the WAL's dead entries")?;
         self.wal().dead_page(limit, continuation).await
     }
 
@@ -612,6 +782,7 @@ impl Catalog {
     /// their ids (see `crate::apply::dead`). Returns the ids moved. Errors: `id` not a WAL
     /// id ([`Error::Invalid`]) or not dead ([`Error::NotFound`]).
     pub async fn redrive(&self, id: Option<&str>) -> Result<Vec<String>> {
+        self.wal_mode_only("redriving dead WAL entries")?;
         let id = match id {
             Some(s) => Some(WalId::parse(s).ok_or_else(|| Error::invalid(format!("id: '{s}' is not a WAL id")))?),
             None => None,
@@ -630,6 +801,10 @@ impl Catalog {
     /// Applies every pending entry of every shard now (the `recover` of the product
     /// description).
     pub async fn recover(&self) -> Result<DrainOutcome> {
+        if self.single.is_some() {
+            // No WAL: every acknowledged write is already applied.
+            return Ok(DrainOutcome::Drained { applied: 0 });
+        }
         let started = crate::env::now();
         let outcome = self.applier().apply_all().await?;
         self.record_apply("all", &outcome, started);
@@ -658,6 +833,19 @@ impl Catalog {
     /// Pending entries, oldest pending age, checkpoint, poison and dead counts, and the
     /// request counts when the catalog has them.
     pub async fn status(&self) -> Result<Status> {
+        if self.single.is_some() {
+            // No WAL, no queue: nothing pending, nothing dead, no checkpoint.
+            return Ok(Status {
+                pending: 0,
+                pending_capped: false,
+                oldest_pending_age_ms: None,
+                checkpoint: None,
+                shards: Vec::new(),
+                poison: 0,
+                dead: 0,
+                requests: self.requests.as_ref().map(|c| c.snapshot()),
+            });
+        }
         let backlog = self.wal().backlog().await?;
         let checkpoints = futures::future::try_join_all(backlog.iter().map(|b| self.wal().checkpoint(b.shard))).await?;
         Ok(Status {
@@ -684,6 +872,11 @@ impl Catalog {
 
     /// One sweep (see `crate::apply::sweep`).
     pub async fn sweep(&self) -> Result<SweepReport> {
+        if self.single.is_some() {
+            // No WAL and no tombstones: a sweep has nothing to do (the Functions timer may
+            // still call it).
+            return Ok(SweepReport::default());
+        }
         self.applier().sweep(self.opts.sweep_apply_after).await
     }
 
@@ -703,6 +896,9 @@ impl Catalog {
     }
 
     async fn handle_message(&self, text: &str, message_id: &str) -> Result<MessageOutcome> {
+        if let Err(e) = self.wal_mode_only("the apply queue") {
+            return Ok(MessageOutcome::Rejected { reason: e.to_string() });
+        }
         let message = match messages::parse(text) {
             Ok(m) => m,
             Err(e) => return Ok(MessageOutcome::Rejected { reason: e.to_string() }),
@@ -776,8 +972,12 @@ impl Catalog {
 /// (re-exported by the hidden `cli_support` and `testing` modules; not part of the API).
 #[cfg(any(feature = "cli", feature = "testing"))]
 pub(crate) mod internals {
+    use futures::stream::BoxStream;
+
     use super::Catalog;
     use crate::apply::Applier;
+    use crate::error::Result;
+    use crate::record::Record;
     use crate::wal::Wal;
 
     /// The internals of a [`Catalog`]: `use table_catalog::testing::CatalogInternals` and
@@ -787,6 +987,9 @@ pub(crate) mod internals {
         fn wal(&self) -> &Wal;
         /// The apply engine.
         fn applier(&self) -> &Applier;
+        /// In single-partition mode, every record once, `segment` owner rows per request
+        /// (the export of that mode); `None` in WAL mode.
+        fn single_records(&self, segment: usize) -> Option<BoxStream<'static, Result<Record>>>;
     }
 
     impl CatalogInternals for Catalog {
@@ -795,6 +998,9 @@ pub(crate) mod internals {
         }
         fn applier(&self) -> &Applier {
             Catalog::applier(self)
+        }
+        fn single_records(&self, segment: usize) -> Option<BoxStream<'static, Result<Record>>> {
+            Catalog::single_records(self, segment)
         }
     }
 }

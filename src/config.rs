@@ -28,6 +28,7 @@ use crate::wal::schema_row;
 pub use crate::hashed::{HashKey, HashKeyError, KeyId};
 pub use crate::names::{validate_queue_name, validate_table_name, Names};
 pub use crate::schema::{AddedIndex, IndexState, RecordKeys, Schema};
+pub use crate::single::Mode;
 
 /// Where the catalog is stored.
 #[derive(Clone)]
@@ -79,6 +80,12 @@ pub struct Config {
     pub durability: Durability,
     /// Tunables.
     pub options: CatalogOptions,
+    /// The catalog's mode ([`Mode`]: WAL, the default, or single-partition with its tenant
+    /// key), chosen when it is created; opening it in the other mode fails.
+    pub mode: Mode,
+    /// A `TABLE_CATALOG_MODE` / `TABLE_CATALOG_TENANT` setting that did not parse, reported
+    /// when the catalog opens.
+    mode_error: Option<String>,
 }
 
 fn env(name: &str) -> Option<String> {
@@ -120,6 +127,8 @@ impl Config {
             backend: Backend::Local(PathBuf::from(settings::DEFAULT_LOCAL_PATH)),
             durability: Durability::Full,
             options: CatalogOptions::default(),
+            mode: Mode::Wal,
+            mode_error: None,
         }
     }
 
@@ -146,6 +155,13 @@ impl Config {
             c.options.wal.shards = v.parse().unwrap_or(0);
         }
         c.options.history = history_from_env(c.options.history);
+        if let Some(mode) = env(settings::MODE) {
+            match Mode::parse(settings::MODE, &mode, env(settings::TENANT).as_deref()) {
+                Ok(m) => c.mode = m,
+                Err(Error::Config(m)) => c.mode_error = Some(m),
+                Err(e) => c.mode_error = Some(e.to_string()),
+            }
+        }
         c.backend = match env(settings::CONNECTION_STRING).or_else(|| env(settings::WEBJOBS_STORAGE)) {
             Some(cs) => Backend::Azure(cs),
             None if identity::is_configured(env) => Backend::AzureIdentity,
@@ -179,6 +195,21 @@ impl Config {
         self.hashed_keys = Some(hashed.into_iter().map(Into::into).collect());
         self.redact_keys = Some(redact.into_iter().map(Into::into).collect());
         self.hash_key = Some(Ok(key));
+        self
+    }
+
+    /// Creates (or opens) the catalog in single-partition mode ([`Mode::SinglePartition`]):
+    /// every row in the one partition `tenant`, every write one atomic entity group
+    /// transaction (builder style).
+    pub fn single_partition(self, tenant: impl Into<String>) -> Config {
+        self.mode(Mode::SinglePartition { tenant: tenant.into() })
+    }
+
+    /// Sets the catalog's mode (builder style; see [`Config::single_partition`]). It replaces
+    /// the mode settings [`Config::from_env`] read, an invalid one included.
+    pub fn mode(mut self, mode: Mode) -> Config {
+        self.mode = mode;
+        self.mode_error = None;
         self
     }
 
@@ -293,10 +324,46 @@ impl Config {
 
     /// Connects and opens the catalog (creating tables and queues as needed).
     pub async fn open(&self) -> Result<Catalog> {
+        if let Some(e) = &self.mode_error {
+            return Err(Error::Config(e.clone()));
+        }
         let names = self.names()?;
         let (store, counts) = self.open_counted_store()?;
-        let schema = self.resolve_schema(&store, &names).await?;
-        Ok(Catalog::open(store, names, schema, self.options.clone()).await?.with_request_counts(counts))
+        let schema = match &self.mode {
+            Mode::Wal => match self.resolve_schema(&store, &names).await {
+                Ok(schema) => Some(schema),
+                // No WAL-mode schema: say so if it is a single-partition catalog.
+                Err(e @ Error::Config(_)) => {
+                    crate::single::meta::refuse_if_single(store.as_ref(), &names).await?;
+                    return Err(e);
+                }
+                Err(e) => return Err(e),
+            },
+            // The stored schema, when none is configured, is the tenant's mode row's.
+            Mode::SinglePartition { .. } => self.configured_schema()?,
+        };
+        Ok(Catalog::open_with_mode(store, names, schema, self.options.clone(), &self.mode)
+            .await?
+            .with_request_counts(counts))
+    }
+
+    /// The configured schema of a single-partition catalog (`None`: use the stored one).
+    fn configured_schema(&self) -> Result<Option<Schema>> {
+        let key = match &self.hash_key {
+            Some(Err(e)) => return Err(Error::Config(e.to_string())),
+            Some(Ok(key)) => Some(key.clone()),
+            None => None,
+        };
+        match (&self.index_keys, &self.row_key) {
+            (Some(keys), Some(row_key)) => {
+                let schema = Schema::new(keys.clone(), row_key.clone())?;
+                let hashed = self.hashed_keys.clone().unwrap_or_default();
+                let redact = self.redact_keys.clone().unwrap_or_default();
+                Ok(Some(schema.with_hashed_keys(hashed, redact, key)?))
+            }
+            (None, None) => Ok(None),
+            _ => Err(Error::Config(format!("set both {} and {}", settings::INDEX_KEYS, settings::ROW_KEY))),
+        }
     }
 }
 

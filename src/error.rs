@@ -50,6 +50,11 @@ pub enum Error {
         "the catalog's schema changed to version {0} while the write was being logged; nothing was written, retry"
     )]
     SchemaChanged(u64),
+    /// The operation does not exist in the catalog's mode (history, index changes, jobs and
+    /// the WAL's reads in single-partition mode: docs/ARCHITECTURE.md, "Single-partition
+    /// mode"). HTTP 409 `not_supported_in_single_partition_mode`. Nothing was done.
+    #[error("{0}")]
+    NotSupported(String),
     /// The storage backend failed.
     #[error(transparent)]
     Store(#[from] StoreError),

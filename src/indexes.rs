@@ -71,25 +71,44 @@ use crate::schema::Schema;
 
 /// Every index of the catalog (re-reads the schema; one more read per running job).
 pub async fn list(catalog: &Catalog) -> Result<Vec<IndexInfo>> {
+    if catalog.mode() != crate::catalog::Mode::Wal {
+        // Single-partition mode: the identity fields, fixed (no index changes).
+        return Ok(catalog
+            .schema()
+            .identity_keys()
+            .iter()
+            .map(|f| IndexInfo {
+                field: f.clone(),
+                state: crate::schema::IndexState::Active,
+                identity: true,
+                version: 0,
+                job: None,
+                progress: None,
+            })
+            .collect());
+    }
     catalog.schemas().list().await
 }
 
 /// Adds index `field` online (see the module docs): a field, or a composite index's fields
 /// joined by `+` (`country+subd`); returns once the change is logged (the backfill runs on
-/// the scan queue). Errors: a bad name ([`crate::Error::Invalid`], naming the field and the
+/// the scan queue). Errors: single-partition mode ([`crate::Error::NotSupported`]); a bad name ([`crate::Error::Invalid`], naming the field and the
 /// limit: not a valid field name, a composite name with an empty field, a field twice, more
 /// than [`MAX_COMPOSITE_FIELDS`] fields, more than 255 characters); an index that exists
 /// already, or a composite index with the same fields in another order
 /// ([`crate::Error::Conflict`], naming its state). Nothing is written on error.
 pub async fn add(catalog: &Catalog, field: &str) -> Result<IndexChange> {
+    catalog.wal_mode_only("adding an index online")?;
     catalog.schemas().add(field).await
 }
 
 /// Drops index `field` online (see the module docs): it stops being maintained once every
-/// applier uses the new schema, and a job removes its rows. Errors: an identity field or a
+/// applier uses the new schema, and a job removes its rows. Errors: single-partition mode
+/// ([`crate::Error::NotSupported`]), an identity field or a
 /// backfilling index ([`crate::Error::Conflict`], saying what to do instead), a field that is
 /// not an index ([`crate::Error::NotFound`], naming the indexes).
 pub async fn drop(catalog: &Catalog, field: &str) -> Result<IndexChange> {
+    catalog.wal_mode_only("dropping an index online")?;
     catalog.schemas().drop(field).await
 }
 

@@ -9,6 +9,9 @@
 //! The surface a user needs:
 //! - [`Config`]: where the catalog lives (Azure Storage by connection string or managed
 //!   identity, or the embedded store) and its schema; [`Config::open`] gives a [`Catalog`].
+//! - [`catalog::Mode`]: how a catalog stores records, chosen at creation: the WAL mode (the
+//!   default, described here) or single-partition mode ([`Config::single_partition`]: every
+//!   row in one partition, each write one atomic entity group transaction, no WAL).
 //! - [`Catalog`]: `insert`, `upsert`, `replace`, `delete`, `query` (filters and paging:
 //!   [`query::Filter`], [`query::ResultPage`]), `query_consistent`, `history`, `status`,
 //!   `recover`; index changes ([`indexes`]) and whole-table jobs ([`jobs`]).
@@ -97,6 +100,7 @@ pub(crate) mod scan;
 pub(crate) mod schema;
 pub(crate) mod schema_manager;
 pub(crate) mod settings;
+pub(crate) mod single;
 pub(crate) mod status;
 pub(crate) mod verify;
 pub(crate) mod wal;

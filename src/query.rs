@@ -195,11 +195,11 @@ pub struct ResultPage {
     pub index: String,
 }
 
-fn encode_continuation(row_key: &str) -> String {
+pub(crate) fn encode_continuation(row_key: &str) -> String {
     base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(row_key)
 }
 
-fn decode_continuation(token: &str) -> Result<String> {
+pub(crate) fn decode_continuation(token: &str) -> Result<String> {
     base64::engine::general_purpose::URL_SAFE_NO_PAD
         .decode(token)
         .ok()
@@ -218,7 +218,7 @@ fn live_match(schema: &Schema, filter: &Filter, e: &Entity) -> Option<Found> {
 
 /// True when every RowKey of `range` is at or below `row_key` (UTF-16 order, as the service
 /// compares keys): resuming after `row_key` finds nothing there.
-fn ends_at_or_before(range: &RowRange, row_key: &str) -> bool {
+pub(crate) fn ends_at_or_before(range: &RowRange, row_key: &str) -> bool {
     let le = |bound: &str| bound.encode_utf16().cmp(row_key.encode_utf16()).is_le();
     range.before.as_deref().is_some_and(le) || range.to.as_deref().is_some_and(le)
 }

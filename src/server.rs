@@ -56,18 +56,19 @@ pub async fn serve(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<()> {
     let (stop_tx, stop_rx) = watch::channel(false);
-    let worker = tokio::spawn(run_worker(catalog.clone(), opts.clone(), stop_rx.clone()));
-    let sweeper = tokio::spawn(run_sweeper(catalog.clone(), opts.sweep_interval, stop_rx.clone()));
-    let scanner =
-        (opts.scan_workers > 0).then(|| tokio::spawn(run_scan_worker(catalog.clone(), opts.clone(), stop_rx)));
+    // Single-partition mode has no WAL, queue or jobs: the HTTP API answers every write
+    // itself, and nothing runs beside it.
+    let wal_mode = catalog.mode() == crate::catalog::Mode::Wal;
+    let worker = wal_mode.then(|| tokio::spawn(run_worker(catalog.clone(), opts.clone(), stop_rx.clone())));
+    let sweeper = wal_mode.then(|| tokio::spawn(run_sweeper(catalog.clone(), opts.sweep_interval, stop_rx.clone())));
+    let scanner = (wal_mode && opts.scan_workers > 0)
+        .then(|| tokio::spawn(run_scan_worker(catalog.clone(), opts.clone(), stop_rx)));
     let app = crate::http::router(catalog);
     let served = axum::serve(listener, app).with_graceful_shutdown(shutdown).await;
     tracing::info!("HTTP server stopped; finishing background work");
     let _ = stop_tx.send(true);
-    let _ = worker.await;
-    let _ = sweeper.await;
-    if let Some(scanner) = scanner {
-        let _ = scanner.await;
+    for task in [worker, sweeper, scanner].into_iter().flatten() {
+        let _ = task.await;
     }
     served.map_err(|e| crate::Error::Config(format!("HTTP server failed: {e}")))
 }
@@ -94,8 +95,12 @@ pub async fn shutdown_signal() {
 
 /// Runs the apply queue's dispatcher (the stand-in for the Functions `apply` trigger, with
 /// the `host.json` policy; see `crate::dispatch`) until stopped. On stop, the messages in
-/// flight are finished first.
+/// flight are finished first. Returns at once for a catalog in single-partition mode, which
+/// has no apply queue.
 pub async fn run_worker(catalog: Arc<Catalog>, opts: ServeOptions, stop: watch::Receiver<bool>) {
+    if catalog.mode() != crate::catalog::Mode::Wal {
+        return;
+    }
     Arc::new(Dispatcher::apply(catalog).with_policy(opts.policy)).run(opts.worker, stop).await
 }
 

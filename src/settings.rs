@@ -38,6 +38,10 @@ pub const HISTORY: &str = "TABLE_CATALOG_HISTORY";
 pub const HISTORY_DAYS: &str = "TABLE_CATALOG_HISTORY_DAYS";
 /// History retention in rows per record setting.
 pub const HISTORY_MAX: &str = "TABLE_CATALOG_HISTORY_MAX";
+/// Catalog mode setting: `wal` (default) or `single-partition` (see `crate::single`).
+pub const MODE: &str = "TABLE_CATALOG_MODE";
+/// Tenant key of a single-partition catalog: the name of its one partition.
+pub const TENANT: &str = "TABLE_CATALOG_TENANT";
 /// Embedded-store folder setting.
 pub const LOCAL_PATH: &str = "TABLE_CATALOG_LOCAL_PATH";
 /// `serve` listen address setting.
@@ -262,6 +266,27 @@ pub const SETTINGS: &[Setting] = &[
                       this plus a tenth. Unset: kept.",
         used_in: UsedIn::Both,
         functions_app: FunctionsApp::Unset,
+    },
+    Setting {
+        name: MODE,
+        default: Some("wal"),
+        description: "How the catalog stores records, chosen when it is created and stored with \
+                      it (opening it in the other mode is refused): `wal`, one partition per \
+                      indexed value with the write-ahead log, or `single-partition`, every row \
+                      in the one partition named by TABLE_CATALOG_TENANT, each write one atomic \
+                      entity group transaction (no WAL, queue or sweeper; at most 99 index \
+                      values per record; README.md, \"Choosing a mode\").",
+        used_in: UsedIn::Both,
+        functions_app: FunctionsApp::Optional,
+    },
+    Setting {
+        name: TENANT,
+        default: None,
+        description: "The tenant key of a single-partition catalog (required with \
+                      TABLE_CATALOG_MODE=single-partition): the PartitionKey its rows share, \
+                      at most 1 KiB once escaped. Ignored in WAL mode.",
+        used_in: UsedIn::Both,
+        functions_app: FunctionsApp::Optional,
     },
     Setting {
         name: LOCAL_PATH,

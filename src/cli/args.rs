@@ -7,7 +7,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use table_catalog::cli_support::schema::Schema;
 use table_catalog::cli_support::settings;
 use table_catalog::cli_support::wal::shard::{DEFAULT_SHARDS, MAX_SHARDS};
-use table_catalog::config::{Backend, Config};
+use table_catalog::config::{Backend, Config, Mode};
 use table_catalog::store::Durability;
 
 #[cfg(feature = "bench")]
@@ -78,6 +78,25 @@ pub struct CatalogArgs {
     /// History retention: keep about this many rows per record (1-1000000) [default: keep].
     #[arg(long, env = settings::HISTORY_MAX, global = true)]
     pub history_max: Option<u32>,
+    /// The catalog's mode, chosen when it is created: `wal` (one partition per indexed
+    /// value, write-ahead log) or `single-partition` (every row in the partition --tenant,
+    /// each write one atomic entity group transaction; README.md, "Choosing a mode")
+    /// [default: TABLE_CATALOG_MODE, else wal].
+    // Not `env = ..`: the Functions app lists the setting empty, which clap would refuse.
+    #[arg(long, value_enum, global = true)]
+    pub mode: Option<ModeArg>,
+    /// The tenant key of a single-partition catalog: the PartitionKey of its rows.
+    #[arg(long, env = settings::TENANT, global = true)]
+    pub tenant: Option<String>,
+}
+
+/// `--mode`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ModeArg {
+    /// One partition per indexed value, with the write-ahead log (the default).
+    Wal,
+    /// Every row in one partition (--tenant), each write one entity group transaction.
+    SinglePartition,
 }
 
 /// Parses the history switch, naming the setting on error.
@@ -307,8 +326,9 @@ pub enum FormatArg {
 }
 
 impl CatalogArgs {
-    /// The catalog configuration: flags over environment.
-    pub fn config(&self) -> Config {
+    /// The catalog configuration: flags over environment. Errors: `--mode single-partition`
+    /// without `--tenant`.
+    pub fn config(&self) -> anyhow::Result<Config> {
         let mut c = Config::from_env();
         c.name = self.name.clone();
         c.index_keys = self.index_keys.as_deref().map(Schema::parse_list);
@@ -329,7 +349,19 @@ impl CatalogArgs {
             DurabilityArg::Full => Durability::Full,
             DurabilityArg::Process => Durability::Process,
         };
-        c
+        // The flags over TABLE_CATALOG_MODE (read by `Config::from_env`, an empty value
+        // meaning unset) and TABLE_CATALOG_TENANT.
+        let tenant = self.tenant.as_deref().filter(|t| !t.trim().is_empty());
+        let from_env = std::env::var(settings::MODE).ok().filter(|m| !m.trim().is_empty());
+        let (setting, name) = match self.mode {
+            Some(ModeArg::Wal) => ("--mode", Some("wal".to_string())),
+            Some(ModeArg::SinglePartition) => ("--mode", Some("single-partition".to_string())),
+            None => (settings::MODE, from_env),
+        };
+        if let Some(name) = name {
+            c = c.mode(Mode::parse(setting, &name, tenant)?);
+        }
+        Ok(c)
     }
 }
 

@@ -18,8 +18,24 @@ use table_catalog::server::{self, ServeOptions};
 
 use super::args::{Cli, Command, FormatArg};
 
+/// The command's name when it does not exist in single-partition mode and `catalog` is in
+/// it (history, index changes, WAL reads and redrive are refused by the library itself).
+fn single_partition_refuses(catalog: &Catalog, command: &Command) -> Option<&'static str> {
+    if catalog.mode() == table_catalog::config::Mode::Wal {
+        return None;
+    }
+    match command {
+        Command::Verify(_) => Some("verify"),
+        Command::Repair(_) => Some("repair"),
+        Command::Rebuild { .. } => Some("rebuild"),
+        Command::Jobs { .. } => Some("jobs"),
+        Command::Dead { .. } => Some("dead"),
+        _ => None,
+    }
+}
+
 pub async fn run(cli: Cli) -> Result<ExitCode> {
-    let config = cli.catalog.config();
+    let config = cli.catalog.config()?;
     let command = match cli.command {
         // `bench` opens no catalog of the configuration: it talks to running servers over
         // HTTP, or (`bench sim`) opens its own on a simulated store.
@@ -47,6 +63,13 @@ pub async fn run(cli: Cli) -> Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     let catalog = Arc::new(config.open().await.context("opening the catalog")?);
+    if let Some(what) = single_partition_refuses(&catalog, &command) {
+        bail!(
+            "{what} is not supported in single-partition mode (catalog '{}'): there is no WAL, queue or jobs \
+             table; every write is applied when acknowledged (docs/ARCHITECTURE.md, \"Single-partition mode\")",
+            catalog.names().table
+        );
+    }
     match command {
         Command::Serve { listen, import, sweep_interval, scan_workers, queue_lease } => {
             // Bind before importing: a port already in use fails at once, not after the

@@ -10,6 +10,7 @@ use futures::TryStreamExt;
 use indicatif::{ProgressBar, ProgressStyle};
 use table_catalog::catalog::Catalog;
 use table_catalog::cli_support::verify::{self, VerifyOptions, VerifyReport};
+use table_catalog::cli_support::CatalogInternals;
 use table_catalog::cli_support::{export, repair};
 
 use super::scan_args::ScanArgs;
@@ -88,8 +89,20 @@ pub async fn export(catalog: &Catalog, output: Option<&Path>, segment: usize) ->
     };
     let bar = progress("exporting");
     let (store, table) = (catalog.store().as_ref(), &catalog.names().table);
-    let written =
-        export::to_writer(store, table, &catalog.schema(), segment, &mut sink, |n| bar.set_position(n)).await?;
+    let written = match catalog.single_records(segment) {
+        // Single-partition mode: the owner rows, one per record.
+        Some(mut records) => {
+            let mut n = 0u64;
+            while let Some(record) = records.try_next().await? {
+                writeln!(sink, "{}", serde_json::Value::Object(record))?;
+                n += 1;
+                bar.set_position(n);
+            }
+            sink.flush()?;
+            n
+        }
+        None => export::to_writer(store, table, &catalog.schema(), segment, &mut sink, |n| bar.set_position(n)).await?,
+    };
     bar.finish_and_clear();
     eprintln!("{}", serde_json::json!({ "exported": written }));
     Ok(ExitCode::SUCCESS)

@@ -234,6 +234,45 @@ mod tests {
         assert!(logs(&answer).starts_with("sweep: "), "{answer}");
     }
 
+    /// A single-partition catalog behind the Functions handler: the forwarded API writes and
+    /// reads through the same routes (applied when answered), the timer's sweep has nothing
+    /// to do, and an apply-queue message is refused with the mode's reason.
+    #[tokio::test]
+    async fn single_partition_catalog_behind_the_handler() {
+        let store = Arc::new(LocalStore::in_memory().unwrap());
+        let names = Names::new("routessp", None, None).unwrap();
+        let schema = Schema::new(vec!["eid".into(), "ssn".into()], "lastname").unwrap();
+        let mode = crate::catalog::Mode::SinglePartition { tenant: "t1".into() };
+        let catalog = Arc::new(
+            Catalog::open_with_mode(store, names, Some(schema), CatalogOptions::default(), &mode).await.unwrap(),
+        );
+        let app = handler_router(catalog.clone());
+        let req = Request::builder()
+            .method("POST")
+            .uri("/api/records")
+            .header(header::CONTENT_TYPE, "application/json")
+            .body(Body::from(r#"{"eid":"F314","ssn":"123","lastname":"Faux"}"#))
+            .unwrap();
+        let resp = app.clone().oneshot(req).await.unwrap();
+        assert_eq!(resp.status(), StatusCode::CREATED);
+        let req = Request::builder().uri("/api/records?ssn=123").body(Body::empty()).unwrap();
+        let bytes = app.clone().oneshot(req).await.unwrap().into_body().collect().await.unwrap().to_bytes();
+        let found: Value = serde_json::from_slice(&bytes).unwrap();
+        assert_eq!(found["records"][0]["eid"], "F314", "{found}");
+        let mut data = Map::new();
+        data.insert(SWEEP_BINDING.to_string(), json!({"IsPastDue": false}));
+        let body = json!({"Data": data, "Metadata": {"sys": {"MethodName": SWEEP_FUNCTION}}}).to_string();
+        let (status, _, answer) = invoke(&app, "/sweep", body).await;
+        assert_eq!(status, StatusCode::OK, "{answer}");
+        let outcome = catalog.process_message(r#"{"shard":"wal"}"#, "m1").await.unwrap();
+        match outcome {
+            crate::catalog::MessageOutcome::Rejected { reason } => {
+                assert!(reason.contains("single-partition"), "{reason}")
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
     #[tokio::test]
     async fn handler_router_answers_the_readiness_probe_and_the_forwarded_api() {
         let app = handler_router(catalog().await);

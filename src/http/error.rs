@@ -90,6 +90,7 @@ impl From<Error> for ApiError {
             Error::Busy { .. } => (StatusCode::SERVICE_UNAVAILABLE, "busy"),
             Error::IndexNotReady(_) => (StatusCode::CONFLICT, "index_not_ready"),
             Error::SchemaChanged(_) => (StatusCode::SERVICE_UNAVAILABLE, "schema_changed"),
+            Error::NotSupported(_) => (StatusCode::CONFLICT, "not_supported_in_single_partition_mode"),
             Error::Store(s) if s.is_transient() => (StatusCode::SERVICE_UNAVAILABLE, "storage_unavailable"),
             _ => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
         };

@@ -38,8 +38,10 @@ pub fn routes() -> Router<AppState> {
         .route("/api/export", get(export))
 }
 
-fn jobs(c: &AppState) -> Jobs {
-    Jobs::for_catalog(c.clone())
+/// The catalog's jobs; 409 `not_supported_in_single_partition_mode` in that mode.
+fn jobs(c: &AppState) -> Result<Jobs, ApiError> {
+    c.wal_mode_only("whole-table jobs")?;
+    Ok(Jobs::for_catalog(c.clone()))
 }
 
 /// Query parameters `(name, value)`, the Functions key `code` dropped; unknown names are
@@ -78,7 +80,7 @@ async fn start(State(c): State<AppState>, body: Bytes) -> Result<Response, ApiEr
         return Err(ApiError::bad_request(format!("{k}: unknown field (a job has kind and params)")));
     }
     let params = body.get("params").cloned().unwrap_or_else(|| Json_::Object(Default::default()));
-    let job = jobs(&c).start(kind, params).await?;
+    let job = jobs(&c)?.start(kind, params).await?;
     Ok((StatusCode::ACCEPTED, Json(job)).into_response())
 }
 
@@ -95,20 +97,20 @@ async fn list(State(c): State<AppState>, RawQuery(q): RawQuery) -> Result<Respon
             _ => token = Some(v),
         }
     }
-    Ok(Json(jobs(&c).list(limit, token.as_deref()).await?).into_response())
+    Ok(Json(jobs(&c)?.list(limit, token.as_deref()).await?).into_response())
 }
 
 async fn show(State(c): State<AppState>, Path(id): Path<String>) -> Result<Response, ApiError> {
-    Ok(Json(jobs(&c).get(&JobId::parse(&id)?).await?).into_response())
+    Ok(Json(jobs(&c)?.get(&JobId::parse(&id)?).await?).into_response())
 }
 
 async fn cancel(State(c): State<AppState>, Path(id): Path<String>) -> Result<Response, ApiError> {
-    Ok(Json(jobs(&c).cancel(&JobId::parse(&id)?).await?).into_response())
+    Ok(Json(jobs(&c)?.cancel(&JobId::parse(&id)?).await?).into_response())
 }
 
 async fn findings(State(c): State<AppState>, Path(id): Path<String>) -> Result<Response, ApiError> {
     let id = JobId::parse(&id)?;
-    let jobs = jobs(&c);
+    let jobs = jobs(&c)?;
     jobs.get(&id).await?; // 404 for an unknown job
     let lines = jobs.findings(&id).map_ok(|f| Bytes::from(format!("{f}\n")));
     Ok(ndjson(Body::from_stream(lines)))
@@ -132,7 +134,10 @@ async fn export(State(c): State<AppState>, RawQuery(q): RawQuery) -> Result<Resp
     tokio::spawn(async move {
         let names = catalog.names().clone();
         let schema = catalog.schema();
-        let mut records = crate::export::records(catalog.store().as_ref(), &names.table, &schema, segment);
+        let mut records = match catalog.single_records(segment) {
+            Some(records) => records,
+            None => crate::export::records(catalog.store().as_ref(), &names.table, &schema, segment),
+        };
         while let Some(item) = records.next().await {
             let line = item.map(|r| Bytes::from(format!("{}\n", Json_::Object(r))));
             let failed = line.is_err();

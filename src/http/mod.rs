@@ -16,6 +16,11 @@
 //! | `GET /api/metrics` | operator metrics, Prometheus text (`crate::metrics`) |
 //! | `/api/jobs...`, `GET /api/export` | whole-table jobs and the export (`jobs`) |
 //!
+//! A catalog in single-partition mode ([`crate::catalog::Mode`]) is served by the same routes:
+//! every write is applied before it is answered (201, or 200 for a delete, `applied: true`;
+//! `wait` and `consistent` change nothing), and the routes of what that mode lacks (history,
+//! jobs, index changes, the WAL's) answer 409 `not_supported_in_single_partition_mode`.
+//!
 //! Errors are `{"error": {"code", "message"}}`, unknown routes (404 `no_route`) and wrong
 //! methods (405 `method_not_allowed`) included: 400 bad input, 404, 409, 413 too large,
 //! 415 not JSON, 503 storage unavailable, 504 `wait` timed out (the write stays durable).

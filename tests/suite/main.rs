@@ -48,6 +48,7 @@ mod redrive;
 mod repair;
 mod scan;
 mod serve;
+mod single_partition;
 mod stale_applier;
 mod transient_retry;
 mod whole_table_cli;

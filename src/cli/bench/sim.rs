@@ -36,7 +36,7 @@ use anyhow::{bail, Result};
 use clap::Args;
 use rand::{Rng, SeedableRng};
 use serde_json::json;
-use table_catalog::catalog::{Catalog, CatalogOptions};
+use table_catalog::catalog::{Catalog, CatalogOptions, Mode};
 use table_catalog::cli_support::dispatch::WorkerOptions;
 use table_catalog::cli_support::messages;
 use table_catalog::cli_support::schema::Schema;
@@ -121,6 +121,11 @@ pub struct SimArgs {
     /// Also print each run as one JSON line.
     #[arg(long)]
     json: bool,
+    /// Open the catalogs in single-partition mode (tenant `simbench`): every write one entity
+    /// group transaction on one partition, no WAL, no queue worker or sweeper; a write is
+    /// applied when acknowledged (visibility lag 0). Load mode only; `--shards` is ignored.
+    #[arg(long)]
+    single_partition: bool,
 }
 
 impl SimArgs {
@@ -133,6 +138,9 @@ impl SimArgs {
         }
         if self.rate.is_empty() || self.rate.iter().any(|r| !(r.is_finite() && *r >= 0.0)) {
             bail!("--rate: each value must be a number of writes/s >= 0 (got {:?})", self.rate);
+        }
+        if self.single_partition && self.backlog.is_some() {
+            bail!("--single-partition: load mode only (a single-partition catalog has no backlog to apply)");
         }
         if self.backlog.is_some_and(|e| !(1..=10_000_000).contains(&e)) {
             bail!("--backlog: out of range 1..=10000000");
@@ -377,12 +385,18 @@ impl Env {
         Ok(Env { names, schema, keys, local, sim, probe, counts, store: Arc::new(counting) })
     }
 
-    /// `n` instances, each opened with its own `Catalog::open`, with `shards` WAL shards.
-    async fn open(&self, n: usize, shards: u16) -> Result<Vec<Arc<Catalog>>> {
+    /// `n` instances, each opened with its own `Catalog::open`, with `shards` WAL shards (in
+    /// single-partition mode: `Catalog::open_with_mode`, tenant `simbench`).
+    async fn open(&self, n: usize, shards: u16, single: bool) -> Result<Vec<Arc<Catalog>>> {
         let mut catalogs = Vec::with_capacity(n);
         for _ in 0..n {
-            let c = Catalog::open(self.store.clone(), self.names.clone(), self.schema.clone(), catalog_options(shards))
-                .await?;
+            let (store, names, schema) = (self.store.clone(), self.names.clone(), self.schema.clone());
+            let c = if single {
+                let mode = Mode::SinglePartition { tenant: "simbench".into() };
+                Catalog::open_with_mode(store, names, Some(schema), catalog_options(shards), &mode).await?
+            } else {
+                Catalog::open(store, names, schema, catalog_options(shards)).await?
+            };
             catalogs.push(Arc::new(c));
         }
         Ok(catalogs)
@@ -491,6 +505,8 @@ impl Load {
 
 /// What one load run measured.
 struct RunReport {
+    /// Single-partition mode (no WAL: `shards` means nothing).
+    single: bool,
     shards: u16,
     instances: usize,
     /// Offered writes/s (`None`: unpaced).
@@ -527,9 +543,19 @@ impl RunReport {
     }
 
     fn label(&self, rates: usize) -> String {
+        let mode = if self.single { "single-partition".to_string() } else { format!("S={}", self.shards) };
         match (rates > 1, self.rate) {
-            (true, Some(r)) => format!("S={} N={} {r:.0}/s", self.shards, self.instances),
-            _ => format!("S={} N={}", self.shards, self.instances),
+            (true, Some(r)) => format!("{mode} N={} {r:.0}/s", self.instances),
+            _ => format!("{mode} N={}", self.instances),
+        }
+    }
+
+    /// The shards column: the count, or the mode that has none.
+    fn shards_cell(&self) -> String {
+        if self.single {
+            "single-partition".into()
+        } else {
+            self.shards.to_string()
         }
     }
 
@@ -538,6 +564,7 @@ impl RunReport {
             self.requests.by_op.iter().map(|(op, c)| (op.name(), self.per_write(c.total))).collect();
         json!({
             "mode": "load",
+            "catalog_mode": if self.single { "single-partition" } else { "wal" },
             "shards": self.shards,
             "instances": self.instances,
             "offered_writes_per_s": self.rate,
@@ -570,10 +597,12 @@ impl RunReport {
 
 async fn run_one(args: &SimArgs, shards: u16, instances: usize, rate: f64) -> Result<RunReport> {
     let env = Env::new(args, args.seed.wrapping_add(instances as u64))?;
-    let catalogs = env.open(instances, shards).await?;
+    let single = args.single_partition;
+    let catalogs = env.open(instances, shards, single).await?;
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let mut background = Vec::new();
-    for c in &catalogs {
+    // Single-partition mode has no queue or WAL: nothing runs beside the writers.
+    for c in catalogs.iter().filter(|_| !single) {
         background.push(tokio::spawn(server::run_worker(c.clone(), ServeOptions::default(), stop_rx.clone())));
         let sweep = Duration::from_secs(args.sweep_secs.max(1));
         background.push(tokio::spawn(server::run_sweeper(c.clone(), sweep, stop_rx.clone())));
@@ -615,6 +644,10 @@ async fn run_one(args: &SimArgs, shards: u16, instances: usize, rate: f64) -> Re
     let drain_started = table_catalog::cli_support::env::now();
     let drain_deadline = drain_started + Duration::from_secs_f64(args.drain_secs);
     let hints_left = loop {
+        if single {
+            // Nothing to drain: every acknowledged write was applied by its EGT.
+            break 0;
+        }
         let changed = env.probe.changed.notified();
         let missing = {
             let removed = env.probe.removed.lock().map_err(|_| anyhow::anyhow!("probe lock poisoned"))?;
@@ -633,14 +666,19 @@ async fn run_one(args: &SimArgs, shards: u16, instances: usize, rate: f64) -> Re
     }
 
     let removed = env.probe.removed.lock().map_err(|_| anyhow::anyhow!("probe lock poisoned"))?;
-    let applied_in_load = removed.values().filter(|t| **t <= load_ended).count();
-    let mut lag: Vec<Duration> =
-        acks.iter().filter_map(|a| removed.get(&a.id).map(|t| t.saturating_duration_since(a.at))).collect();
+    let applied_in_load = if single { acks.len() } else { removed.values().filter(|t| **t <= load_ended).count() };
+    // Single-partition mode: a write is applied by its EGT before it is acknowledged.
+    let mut lag: Vec<Duration> = if single {
+        acks.iter().map(|_| Duration::ZERO).collect()
+    } else {
+        acks.iter().filter_map(|a| removed.get(&a.id).map(|t| t.saturating_duration_since(a.at))).collect()
+    };
     let not_applied = acks.len() - lag.len();
     lag.sort();
     let mut ack: Vec<Duration> = acks.iter().map(|a| a.latency).collect();
     ack.sort();
     Ok(RunReport {
+        single,
         shards,
         instances,
         rate: (rate > 0.0).then_some(rate),
@@ -758,7 +796,7 @@ async fn run_backlog(args: &SimArgs, shards: u16, appliers: usize, entries: usiz
     // The appliers: instances on the simulated account, each with its queue worker, and one
     // hint per shard on the queue. Each worker receives up to ceil(shards / appliers) messages
     // at a time, so the shards spread over the instances.
-    let catalogs = env.open(appliers, shards).await?;
+    let catalogs = env.open(appliers, shards, false).await?;
     for (shard, id) in &latest {
         let text = messages::encode(&messages::hint_json(&shard.partition(), id.as_str()));
         env.local.put_message(&env.names.queue, &text, Duration::ZERO).await?;
@@ -846,7 +884,7 @@ fn markdown(args: &SimArgs, runs: &[RunReport]) -> String {
     for r in runs {
         s.push_str(&format!(
             "| {} | {} | {} | **{:.0}** | {:.0} | {} | {} / {} | {} / {} | {} | {:.1} | **{:.2}** ({:.2} + {:.2}) | {} ({}) | {} ({}) |\n",
-            r.shards,
+            r.shards_cell(),
             r.instances,
             r.rate.map_or("unpaced".into(), |x| format!("{x:.0}")),
             r.acked as f64 / r.seconds,
