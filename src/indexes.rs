@@ -109,8 +109,10 @@ pub async fn add(catalog: &Catalog, field: &str) -> Result<IndexChange> {
 /// an index being added with another projection ([`crate::Error::Conflict`]). Nothing is
 /// written on error.
 ///
-/// This slice stores and lists the projection; rows of a projected index are still written
-/// whole (docs/ARCHITECTURE.md, "Projections").
+/// A lookup through a `keys` or `include` index reads the index page, then each record's
+/// fact row, and returns whole records. A delete or replace whose filter reads a projected
+/// index may name only that index's fields and identity fields (others:
+/// [`crate::Error::Invalid`]). docs/ARCHITECTURE.md, "Projections".
 pub async fn add_projected(catalog: &Catalog, field: &str, projection: Projection) -> Result<IndexChange> {
     catalog.wal_mode_only("adding an index online")?;
     catalog.schemas().add(field, projection).await

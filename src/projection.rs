@@ -21,8 +21,9 @@
 //! indexes are added online. Asking for another projection on an identity field is
 //! [`crate::Error::Invalid`] (HTTP 400).
 //!
-//! This slice stores, validates and lists projections and builds a projected row's payload
-//! (`Schema::project`); docs/ARCHITECTURE.md, "Projections", says what is and is not wired yet.
+//! `Schema::row_payload` builds a row's payload (fan-out and backfill); lookups follow
+//! projected rows to their fact rows (`crate::query::query_page`). docs/ARCHITECTURE.md,
+//! "Projections", has the design and what is not done yet.
 
 use std::fmt;
 
@@ -34,7 +35,6 @@ pub const MAX_INCLUDED_FIELDS: usize = 32;
 
 /// The field of a projected row's payload that holds its record's fact-row PartitionKey
 /// (`_tc` prefixed, so no record field can take the name: `crate::record::validate_field_name`).
-#[cfg_attr(not(test), allow(dead_code))]
 pub(crate) const FACT_PARTITION: &str = "_tcfact";
 
 /// What an index's rows hold (see the module docs). Written and parsed as `all`, `keys` or

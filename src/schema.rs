@@ -9,6 +9,8 @@
 //! value) but do not feed the fingerprint; each has a state ([`IndexState`]). The schema has a
 //! version, raised by every change that alters what is maintained.
 
+use std::borrow::Cow;
+
 use serde_json::Value as Json;
 
 use crate::composite;
@@ -227,9 +229,6 @@ impl Schema {
     /// identity field, the row-key field or a field of any index the schema lists
     /// (maintained, backfilling or dropping; a composite index's fields each); under
     /// `include` those and the listed fields.
-    // Used by the write path once projected rows are written (docs/ARCHITECTURE.md,
-    // "Projections": not yet in this slice).
-    #[cfg_attr(not(test), allow(dead_code))]
     pub(crate) fn holds(&self, projection: &Projection, field: &str) -> bool {
         let keys = || {
             self.identity.iter().any(|k| k == field)
@@ -254,7 +253,6 @@ impl Schema {
     /// ([`Schema::holds`]) and `crate::projection::FACT_PARTITION`, the PartitionKey of the
     /// record's fact row, `fact_pk`. The one place a row's payload is built from a record
     /// and a projection.
-    #[cfg_attr(not(test), allow(dead_code))]
     pub(crate) fn project(&self, projection: &Projection, record: &Record, fact_pk: &str) -> Record {
         if projection.is_all() {
             return record.clone();
@@ -263,6 +261,16 @@ impl Schema {
             record.iter().filter(|(k, _)| self.holds(projection, k)).map(|(k, v)| (k.clone(), v.clone())).collect();
         out.insert(crate::projection::FACT_PARTITION.to_string(), Json::String(fact_pk.to_string()));
         out
+    }
+
+    /// The payload of `record`'s row in index `index` (a field or a composite index's
+    /// name), whose record's fact row is in partition `fact_pk`: the record itself for an
+    /// `all` index (borrowed), else its projection ([`Schema::project`]).
+    pub(crate) fn row_payload<'r>(&self, index: &str, record: &'r Record, fact_pk: &str) -> Cow<'r, Record> {
+        match self.projection_of(index) {
+            Projection::All => Cow::Borrowed(record),
+            projection => Cow::Owned(self.project(projection, record, fact_pk)),
+        }
     }
 
     /// The schema version (0 until the first index change).

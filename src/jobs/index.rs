@@ -88,7 +88,7 @@ impl IndexJob {
         applier.ensure_schema(p.version).await?;
         let schema = applier.schema();
         let mut c = IndexCounters::default();
-        let mut writes = Vec::new();
+        let (mut first, mut writes) = (Vec::new(), Vec::new());
         for e in &rows {
             add(&mut c.rows, 1);
             let meta = RowMeta::of(e);
@@ -107,21 +107,36 @@ impl IndexJob {
                 continue; // not the owner row: another row of the record handles it
             }
             add(&mut c.records, 1);
+            // The record's rows of other projected indexes hold every indexed value: written
+            // before this index was added, they lack its field, which a filter through them
+            // needs to find this index's row. Written again (same WAL id, newer schema
+            // version: the fence lets it through) before this index's row, so no filter
+            // finds this index's row without its rows naming it.
+            for (index, pk) in keys.partitions.iter().filter(|(f, _)| *f != p.field) {
+                if !schema.projection_of(index).is_all() {
+                    let payload = schema.row_payload(index, &rec, &e.partition_key).into_owned();
+                    first.push((pk.clone(), keys.row_key.clone(), WalId::from_stored(meta.wal_id.clone()), payload));
+                }
+            }
             if let Some((_, pk)) = keys.partitions.iter().find(|(f, _)| *f == p.field) {
-                writes.push((pk.clone(), keys.row_key.clone(), WalId::from_stored(meta.wal_id.clone()), rec));
+                // This row is the record's fact row: a projected index's row points to it.
+                let payload = schema.row_payload(&p.field, &rec, &e.partition_key).into_owned();
+                writes.push((pk.clone(), keys.row_key.clone(), WalId::from_stored(meta.wal_id.clone()), payload));
             }
         }
         let n = writes.len() as u64;
-        let rows =
-            || writes.iter().map(|(pk, rk, id, rec)| (pk.clone(), rk.clone(), id, RowWrite::Live(rec))).collect();
-        match applier.write_rows(rows(), applier.schema().version()).await {
-            // A row written under a newer schema (an index change since this step began):
-            // write again with it (every write is fenced).
-            Err(Error::SchemaChanged(version)) => {
-                applier.ensure_schema(version).await?;
-                applier.write_rows(rows(), applier.schema().version()).await?;
+        for writes in [&first, &writes] {
+            let rows =
+                || writes.iter().map(|(pk, rk, id, rec)| (pk.clone(), rk.clone(), id, RowWrite::Live(rec))).collect();
+            match applier.write_rows(rows(), applier.schema().version()).await {
+                // A row written under a newer schema (an index change since this step began):
+                // write again with it (every write is fenced).
+                Err(Error::SchemaChanged(version)) => {
+                    applier.ensure_schema(version).await?;
+                    applier.write_rows(rows(), applier.schema().version()).await?;
+                }
+                other => other?,
             }
-            other => other?,
         }
         add(&mut c.written, n);
         Ok(c)

@@ -4,11 +4,20 @@
 //! `all`), and bad projections are refused with 400 naming the field and the limit, writing
 //! nothing. On the embedded store and on Azurite.
 
-use serde_json::json;
-use table_catalog::indexes::{self, Projection};
+use std::collections::BTreeMap;
+use std::sync::Arc;
 
-use crate::common;
-use crate::indexes::{airports, opts};
+use serde_json::{json, Value};
+use table_catalog::catalog::Catalog;
+use table_catalog::indexes::{self, Projection};
+use table_catalog::query::Filter;
+use table_catalog::record::Record;
+use table_catalog::server::ServeOptions;
+use table_catalog::testing::schema::IndexState;
+use table_catalog::Error;
+
+use crate::common::{self, Backend};
+use crate::indexes::{airports, opts, verify_clean, wait_state};
 
 /// POST /api/indexes with `body`: (status, body).
 async fn post(app: &axum::Router, body: serde_json::Value) -> (u16, serde_json::Value) {
@@ -72,5 +81,173 @@ common::backend_tests! {
         // The same index again: 409 as before, whatever the projection.
         let (status, reply) = post(&app, json!({"field": "country", "projection": "all"})).await;
         assert_eq!(status, 409, "{label}: {reply}");
+    }
+}
+
+/// The PartitionKey of `r`'s row in index `index`.
+fn partition_of(c: &table_catalog::catalog::Catalog, r: &Record, index: &str) -> String {
+    let keys = c.schema().record_keys(r).unwrap();
+    keys.partitions.into_iter().find(|(f, _)| f == index).map(|(_, pk)| pk).unwrap()
+}
+
+/// The records a lookup by `country` returns (all pages of 7), by RowKey.
+async fn by_country(c: &table_catalog::catalog::Catalog, country: &str) -> BTreeMap<String, Record> {
+    let filter = Filter::new(vec![("country".into(), country.into())]);
+    let (mut out, mut token) = (BTreeMap::new(), None);
+    loop {
+        let page = c.query(&filter, 7, token.as_deref()).await.unwrap();
+        assert_eq!(page.index, "country");
+        for f in page.records {
+            assert!(out.insert(f.row_key, f.record).is_none(), "a record twice");
+        }
+        token = page.continuation;
+        if token.is_none() {
+            return out;
+        }
+    }
+}
+
+common::backend_tests! {
+    /// A `keys` index on `country`, added to a catalog with airports (its backfill writes the
+    /// projected rows of the records there) and then written to (the fan-out writes them):
+    /// its rows hold the identity, the indexed values and the fact row's PartitionKey only;
+    /// a lookup through it returns whole records, exactly those of the value; verify is
+    /// clean. A row left behind by a move (the record changed its country between the index
+    /// page and the fact read) is not returned.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_keys_index_holds_keys_and_its_lookups_return_whole_records(backend) {
+        let label = format!("{backend:?}");
+        let c = common::catalog_with(backend, common::airports_schema(), opts()).await;
+        let n = if backend == Backend::Azurite { 80 } else { 240 };
+        let all = airports(n);
+        let (early, late) = all.split_at(n / 2);
+        c.upsert_many(early.to_vec(), true).await.unwrap();
+        let (worker_stop, worker_rx) = tokio::sync::watch::channel(false);
+        let workers = ServeOptions { scan_workers: 2, ..ServeOptions::default() };
+        let scan = tokio::spawn(table_catalog::server::run_scan_worker(c.clone(), workers, worker_rx));
+        indexes::add_projected(&c, "country", Projection::Keys).await.unwrap();
+        c.recover().await.unwrap();
+        wait_state(&c, "country", Some(IndexState::Active), &label).await;
+        worker_stop.send_replace(true);
+        scan.await.unwrap();
+        c.upsert_many(late.to_vec(), true).await.unwrap();
+
+        // Every country row (backfilled and fanned out) is projected.
+        let table = &c.names().table;
+        let us: Vec<&Record> = all.iter().filter(|r| r.get("country") == Some(&json!("US"))).collect();
+        assert!(us.len() >= 10, "{label}: {} US airports", us.len());
+        for r in all.iter().filter(|r| r.get("country").and_then(Value::as_str).is_some_and(|v| !v.is_empty())) {
+            let keys = c.schema().record_keys(r).unwrap();
+            let row = c.store().get(table, &partition_of(&c, r, "country"), &keys.row_key).await.unwrap().unwrap();
+            let fact = &keys.partitions[0].1;
+            assert_eq!(row.properties.get("_tcfact"), Some(&table_catalog::store::Value::String(fact.clone())), "{label}");
+            for held in ["icao", "name", "country"] {
+                assert_eq!(row.properties.contains_key(held), r.contains_key(held), "{label}: {held}");
+            }
+            for dropped in ["city", "elevation", "lat", "lon", "tz", "subd"] {
+                assert!(!row.properties.contains_key(dropped), "{label}: {dropped} in a keys row: {row:?}");
+            }
+        }
+        // Lookups return whole records, exactly those of the value.
+        let want: BTreeMap<String, Record> =
+            us.iter().map(|r| (c.schema().record_keys(r).unwrap().row_key, (*r).clone())).collect();
+        assert_eq!(by_country(&c, "us").await, want, "{label}");
+        let (status, body) = common::call(&table_catalog::http::router(c.clone()), "GET", "/api/records?country=US&limit=1000", None, "").await;
+        assert_eq!(status.as_u16(), 200, "{label}: {body}");
+        assert_eq!(body["records"].as_array().unwrap().len(), us.len(), "{label}: {body}");
+        assert!(body["records"].as_array().unwrap().iter().all(|r| r.get("elevation").is_some() && r.get("_tcfact").is_none()), "{label}");
+        verify_clean(&c, &label).await;
+
+        // A concurrent move: the record leaves US for CA after a lookup read its US row. The
+        // apply tombstones that row; putting it back live shows the lookup at that moment.
+        let moved = us[0].clone();
+        let rk = c.schema().record_keys(&moved).unwrap().row_key;
+        let us_pk = partition_of(&c, &moved, "country");
+        let stale = c.store().get(table, &us_pk, &rk).await.unwrap().unwrap();
+        let mut now = moved.clone();
+        now.insert("country".into(), json!("CA"));
+        c.upsert(now.clone(), true).await.unwrap();
+        c.store().upsert(table, &stale).await.unwrap();
+        let found = by_country(&c, "US").await;
+        assert!(!found.contains_key(&rk), "{label}: a record that moved away from US was returned");
+        assert_eq!(found.len(), us.len() - 1, "{label}");
+        assert_eq!(by_country(&c, "CA").await.get(&rk), Some(&now), "{label}: found whole under its new value");
+        // The fact row gone altogether (a deleted record whose index row is still live).
+        c.store().delete(table, &partition_of(&c, &moved, "icao"), &rk, &table_catalog::store::IfMatch::Any).await.unwrap();
+        assert!(!by_country(&c, "CA").await.contains_key(&rk), "{label}: no fact row, no record");
+    }
+}
+
+/// Adds `field` with `projection` and waits until it is active (its backfill run here).
+async fn add_active(c: &Arc<Catalog>, field: &str, projection: Projection, label: &str) {
+    let (worker_stop, worker_rx) = tokio::sync::watch::channel(false);
+    let workers = ServeOptions { scan_workers: 2, ..ServeOptions::default() };
+    let scan = tokio::spawn(table_catalog::server::run_scan_worker(c.clone(), workers, worker_rx));
+    indexes::add_projected(c, field, projection).await.unwrap();
+    c.recover().await.unwrap();
+    wait_state(c, field, Some(IndexState::Active), label).await;
+    worker_stop.send_replace(true);
+    scan.await.unwrap();
+}
+
+common::backend_tests! {
+    /// Filters through a `keys` index: an index added after it (`tz`) is missing from its
+    /// older rows, yet a lookup naming both finds exactly the records (decided on the fact
+    /// row) and verify stays clean; a delete by the projected field removes every row of the
+    /// records; a delete naming a field the rows may lack is refused with 400, logging
+    /// nothing; a replace through it moves the record.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn filters_through_a_keys_index_decide_on_the_fact_row(backend) {
+        let label = format!("{backend:?}");
+        let c = common::catalog_with(backend, common::airports_schema(), opts()).await;
+        let n = if backend == Backend::Azurite { 80 } else { 200 };
+        let mut all = airports(n);
+        for r in all.iter_mut().skip(3).step_by(10) {
+            r.insert("country".into(), json!("CA")); // the first airports are all in the US
+        }
+        c.upsert_many(all.clone(), true).await.unwrap();
+        add_active(&c, "country", Projection::Keys, &label).await;
+        add_active(&c, "tz", Projection::All, &label).await;
+        verify_clean(&c, &label).await;
+        let us_chicago: BTreeMap<String, Record> = all
+            .iter()
+            .filter(|r| r.get("country") == Some(&json!("US")) && r.get("tz") == Some(&json!("America/Chicago")))
+            .map(|r| (c.schema().record_keys(r).unwrap().row_key, r.clone()))
+            .collect();
+        assert!(us_chicago.len() >= 3, "{label}: {}", us_chicago.len());
+        let both = Filter::new(vec![("country".into(), "US".into()), ("tz".into(), "America/Chicago".into())]);
+        let page = c.query(&both, 1000, None).await.unwrap();
+        assert_eq!(page.index, "country", "{label}: the first field's index");
+        let got: BTreeMap<String, Record> = page.records.into_iter().map(|f| (f.row_key, f.record)).collect();
+        assert_eq!(got, us_chicago, "{label}");
+
+        // A write filter naming a field the projected rows may lack: refused, nothing logged.
+        match c.delete(both.clone(), true).await {
+            Err(Error::Invalid(m)) => assert!(m.contains("'tz' cannot be matched through index 'country'"), "{label}: {m}"),
+            other => panic!("{label}: {other:?}"),
+        }
+        assert_eq!(c.query(&both, 1000, None).await.unwrap().records.len(), us_chicago.len(), "{label}");
+
+        // A delete by the projected field alone removes the records from every index.
+        let country = |r: &Record| r.get("country").and_then(Value::as_str).unwrap_or_default().to_string();
+        let other = all.iter().map(country).find(|v| !v.is_empty() && v != "US").expect("another country");
+        let theirs: Vec<&Record> = all.iter().filter(|r| country(r) == other).collect();
+        c.delete(Filter::new(vec![("country".into(), other.clone())]), true).await.unwrap();
+        for r in &theirs {
+            let icao = r["icao"].as_str().unwrap();
+            let page = c.query(&Filter::new(vec![("icao".into(), icao.into())]), 10, None).await.unwrap();
+            assert!(page.records.is_empty(), "{label}: {icao} was deleted");
+        }
+        // A replace through it: the record moves to another country.
+        let (rk, mut moved) = us_chicago.iter().next().map(|(k, r)| (k.clone(), r.clone())).unwrap();
+        let icao = moved["icao"].as_str().unwrap().to_string();
+        moved.insert("country".into(), json!("MX"));
+        let by_icao = Filter::new(vec![("icao".into(), icao.clone())]);
+        c.replace(by_icao, moved.clone(), true).await.unwrap();
+        let mx = c.query(&Filter::new(vec![("country".into(), "MX".into())]), 1000, None).await.unwrap();
+        assert!(mx.records.iter().any(|f| f.row_key == rk && f.record == moved), "{label}");
+        let us = c.query(&Filter::new(vec![("country".into(), "US".into())]), 1000, None).await.unwrap();
+        assert!(us.records.iter().all(|f| f.row_key != rk), "{label}");
+        verify_clean(&c, &label).await;
     }
 }
