@@ -636,10 +636,19 @@ impl Catalog {
         if limit == 0 || limit > MAX_PAGE {
             return Err(Error::invalid(format!("limit: {limit} is out of range 1..={MAX_PAGE}")));
         }
-        if let Some(sp) = &self.single {
-            return sp.query_page(filter, limit, continuation).await;
+        let mut page = match &self.single {
+            Some(sp) => sp.query_page(filter, limit, continuation).await?,
+            None => {
+                check_returning(schema, filter)?;
+                query::query_page(self.store.as_ref(), &self.names.table, schema, filter, limit, continuation).await?
+            }
+        };
+        if let Some(fields) = &filter.returning {
+            for found in &mut page.records {
+                found.record.retain(|k, _| fields.contains(k));
+            }
         }
-        query::query_page(self.store.as_ref(), &self.names.table, schema, filter, limit, continuation).await
+        Ok(page)
     }
 
     /// The schema to run lookup `filter` under, after checking the filter against it (see
@@ -1019,4 +1028,30 @@ pub(crate) mod internals {
             Catalog::single_records(self, segment)
         }
     }
+}
+
+/// Checks [`Filter::returning`] against the index the lookup reads: 1 to
+/// [`query::MAX_RETURNED_FIELDS`] valid field names, each one the index's rows hold
+/// (`crate::projection`; every field for an `all` index). Errors name the field and the
+/// limit or the index.
+fn check_returning(schema: &Schema, filter: &Filter) -> Result<()> {
+    let Some(fields) = &filter.returning else { return Ok(()) };
+    if fields.is_empty() || fields.len() > query::MAX_RETURNED_FIELDS {
+        return Err(Error::invalid(format!(
+            "fields: {} fields; name 1 to {} (fields=a,b)",
+            fields.len(),
+            query::MAX_RETURNED_FIELDS
+        )));
+    }
+    let (index, _) = filter.index_read(schema)?;
+    let projection = schema.projection_of(&index);
+    for field in fields {
+        crate::record::validate_field_name(field).map_err(|e| Error::invalid(format!("fields: {e}")))?;
+        if !schema.holds(projection, field) {
+            return Err(Error::invalid(format!(
+                "fields: '{field}' is not held by the rows of index '{index}' (projection {projection}); name only fields they hold (its identity, indexed and included fields), or leave fields out to get whole records"
+            )));
+        }
+    }
+    Ok(())
 }

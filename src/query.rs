@@ -46,17 +46,32 @@ pub struct Filter {
     /// backfilled. Lookups only; never logged (writes need active indexes).
     #[serde(skip)]
     pub allow_partial: bool,
+    /// Return only these fields of each record (HTTP `?fields=a,b`; at most
+    /// [`MAX_RETURNED_FIELDS`]). Through a projected index (`crate::projection`) they must be
+    /// fields its rows hold, and the lookup then answers from the index rows without reading
+    /// the fact rows. Lookups only; never logged.
+    #[serde(skip)]
+    pub returning: Option<Vec<String>>,
 }
+
+/// At most this many fields in [`Filter::returning`].
+pub const MAX_RETURNED_FIELDS: usize = 64;
 
 impl Filter {
     /// A filter on these fields, without a sort-value range.
     pub fn new(fields: Vec<(String, String)>) -> Filter {
-        Filter { fields, row_from: None, row_to: None, identity: None, allow_partial: false }
+        Filter { fields, row_from: None, row_to: None, identity: None, allow_partial: false, returning: None }
     }
 
     /// Restricts the filter to one record identity (builder style; see [`Filter::identity`]).
     pub fn identity(mut self, row_key: impl Into<String>) -> Filter {
         self.identity = Some(row_key.into());
+        self
+    }
+
+    /// Returns only `fields` of each record (builder style; see [`Filter::returning`]).
+    pub fn returning(mut self, fields: Option<Vec<String>>) -> Filter {
+        self.returning = fields;
         self
     }
 
@@ -281,10 +296,16 @@ async fn resolve_facts(
     if !found.iter().any(|f| f.record.contains_key(FACT_PARTITION)) {
         return Ok(());
     }
+    let from_rows = filter.returning.is_some();
     let reads = found.drain(..).map(|f| async move {
         let Some(fact_pk) = f.record.get(FACT_PARTITION).and_then(serde_json::Value::as_str) else {
             return Ok::<_, Error>(Some(f));
         };
+        // `returning` fields the rows hold (checked by the caller): the row answers, unless
+        // it lacks a filtered field (written before that index was added).
+        if from_rows && filter.matches(schema, &f.record) {
+            return Ok(Some(f));
+        }
         let row = store.get(table, fact_pk, &f.row_key).await?;
         let record = row.as_ref().and_then(record::from_entity).filter(|r| filter.matches(schema, r));
         Ok(record.map(|record| Found { record, row_key: f.row_key }))

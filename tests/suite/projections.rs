@@ -175,6 +175,34 @@ common::backend_tests! {
         // The fact row gone altogether (a deleted record whose index row is still live).
         c.store().delete(table, &partition_of(&c, &moved, "icao"), &rk, &table_catalog::store::IfMatch::Any).await.unwrap();
         assert!(!by_country(&c, "CA").await.contains_key(&rk), "{label}: no fact row, no record");
+
+        // `?fields=` naming fields the rows hold answers from the index rows: no fact read
+        // (the record whose fact row is gone is still there), only those fields.
+        let app = table_catalog::http::router(c.clone());
+        let (status, body) = common::call(&app, "GET", "/api/records?country=CA&fields=icao,name&limit=1000", None, "").await;
+        assert_eq!(status.as_u16(), 200, "{label}: {body}");
+        let records = body["records"].as_array().unwrap();
+        let icao = moved["icao"].clone();
+        assert!(records.iter().any(|r| r["icao"] == icao), "{label}: answered from the index row: {body}");
+        for r in records {
+            let keys: Vec<&String> = r.as_object().unwrap().keys().collect();
+            assert_eq!(keys, ["icao", "name"], "{label}: only the fields asked for: {r}");
+        }
+        for (query, text) in [
+            ("country=CA&fields=icao,elevation", "fields: 'elevation' is not held by the rows of index 'country' (projection keys)"),
+            ("country=CA&fields=", "fields: field name '' is not a valid property name"),
+        ] {
+            let (status, body) = common::call(&app, "GET", &format!("/api/records?{query}"), None, "").await;
+            let message = body["error"]["message"].as_str().unwrap_or_default();
+            assert_eq!(status.as_u16(), 400, "{label}: {query}: {body}");
+            assert!(message.contains(text), "{label}: {query}: {message}");
+        }
+        // Through an `all` index any field can be asked for (and the record is read whole).
+        let other = us[1];
+        let uri = format!("/api/records?icao={}&fields=elevation", other["icao"].as_str().unwrap());
+        let (status, body) = common::call(&app, "GET", &uri, None, "").await;
+        assert_eq!(status.as_u16(), 200, "{label}: {body}");
+        assert_eq!(body["records"], json!([{"elevation": other["elevation"]}]), "{label}");
     }
 }
 
