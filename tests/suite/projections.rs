@@ -279,3 +279,45 @@ common::backend_tests! {
         verify_clean(&c, &label).await;
     }
 }
+
+/// The `table-catalog` binary on the embedded store in `store`.
+fn bin(store: &std::path::Path, args: &[&str]) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_table-catalog"))
+        .env_remove("AZURE_STORAGE_CONNECTION_STRING")
+        .env_remove("AzureWebJobsStorage")
+        .env("RUST_LOG", "error")
+        .args(["--name", "projcli", "--index-keys", "icao,iata", "--row-key", "name", "--local-path"])
+        .arg(store)
+        .args(args)
+        .output()
+        .expect("run table-catalog")
+}
+
+/// `index add FIELD --projection ...` stores the projection, `index list` shows it, and a
+/// bad one fails with the message HTTP's 400 gives, adding nothing.
+#[tokio::test]
+async fn the_cli_adds_and_lists_projections() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = dir.path();
+    let r = r#"{"icao":"KAAA","name":"Field KAAA","country":"US","elevation":12}"#;
+    assert!(bin(store, &["insert", r]).status.success());
+    let bad = bin(store, &["index", "add", "country", "--projection", "include:a,a", "--parallel", "0"]);
+    assert_eq!(bad.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&bad.stderr);
+    assert!(err.contains("projection: include: 'a' is listed twice"), "{err}");
+    let added = bin(store, &["index", "add", "country", "--projection", "keys", "--parallel", "0"]);
+    assert!(added.status.success(), "{}", String::from_utf8_lossy(&added.stderr));
+    let change: Value = serde_json::from_slice(&added.stdout).unwrap();
+    assert_eq!(change["index"]["projection"], "keys", "{change}");
+    let list = bin(store, &["index", "list"]);
+    let shown: Vec<(String, String)> = String::from_utf8_lossy(&list.stdout)
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .map(|i| (i["field"].as_str().unwrap().to_string(), i["projection"].as_str().unwrap().to_string()))
+        .collect();
+    let want: Vec<(String, String)> = [("icao", "all"), ("iata", "all"), ("country", "keys")]
+        .iter()
+        .map(|(f, p)| (f.to_string(), p.to_string()))
+        .collect();
+    assert_eq!(shown, want);
+}
