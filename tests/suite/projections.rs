@@ -223,7 +223,8 @@ common::backend_tests! {
     /// older rows, yet a lookup naming both finds exactly the records (decided on the fact
     /// row) and verify stays clean; a delete by the projected field removes every row of the
     /// records; a delete naming a field the rows may lack is refused with 400, logging
-    /// nothing; a replace through it moves the record.
+    /// nothing; a replace through it moves the record; `consistent=true` finds a write not
+    /// yet applied whole; the online drop removes its rows and leaves the catalog clean.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn filters_through_a_keys_index_decide_on_the_fact_row(backend) {
         let label = format!("{backend:?}");
@@ -276,6 +277,32 @@ common::backend_tests! {
         assert!(mx.records.iter().any(|f| f.row_key == rk && f.record == moved), "{label}");
         let us = c.query(&Filter::new(vec![("country".into(), "US".into())]), 1000, None).await.unwrap();
         assert!(us.records.iter().all(|f| f.row_key != rk), "{label}");
+        verify_clean(&c, &label).await;
+
+        // `consistent=true` reads through the same path: a write not yet applied is found
+        // whole.
+        let mut late = moved.clone();
+        late.insert("elevation".into(), json!(-7));
+        c.upsert(late.clone(), false).await.unwrap();
+        let mx = c.query_consistent(&Filter::new(vec![("country".into(), "MX".into())]), 1000, None).await.unwrap();
+        assert!(mx.records.iter().any(|f| f.row_key == rk && f.record == late), "{label}: {mx:?}");
+
+        // The online drop removes the projected rows; the catalog stays clean.
+        let (worker_stop, worker_rx) = tokio::sync::watch::channel(false);
+        let workers = ServeOptions { scan_workers: 2, ..ServeOptions::default() };
+        let scan = tokio::spawn(table_catalog::server::run_scan_worker(c.clone(), workers, worker_rx));
+        indexes::drop(&c, "country").await.unwrap();
+        c.recover().await.unwrap();
+        wait_state(&c, "country", None, &label).await;
+        worker_stop.send_replace(true);
+        scan.await.unwrap();
+        let range = table_catalog::store::PartitionRange {
+            after: Some("7_country".into()),
+            before: None,
+            to: Some("7_country\u{ffff}".into()),
+        };
+        let left = c.store().query_partitions(&c.names().table, &range, 1000, None).await.unwrap().entities;
+        assert!(left.is_empty(), "{label}: {} country rows left", left.len());
         verify_clean(&c, &label).await;
     }
 }
