@@ -348,3 +348,39 @@ async fn the_cli_adds_and_lists_projections() {
         .collect();
     assert_eq!(shown, want);
 }
+
+common::backend_tests! {
+    /// An `include:elevation` index on `tz`: its rows hold the keys and `elevation`, no other
+    /// field; a lookup returns whole records, and `?fields=icao,elevation` answers from its rows.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_include_index_holds_the_listed_fields(backend) {
+        let label = format!("{backend:?}");
+        let c = common::catalog_with(backend, common::airports_schema(), opts()).await;
+        let all = airports(if backend == Backend::Azurite { 60 } else { 150 });
+        c.upsert_many(all.clone(), true).await.unwrap();
+        add_active(&c, "tz", Projection::parse("include:elevation").unwrap(), &label).await;
+        let chicago: Vec<&Record> = all.iter().filter(|r| r.get("tz") == Some(&json!("America/Chicago"))).collect();
+        assert!(chicago.len() >= 3, "{label}");
+        let r = chicago[0];
+        let rk = c.schema().record_keys(r).unwrap().row_key;
+        let row = c.store().get(&c.names().table, &partition_of(&c, r, "tz"), &rk).await.unwrap().unwrap();
+        assert!(row.properties.contains_key("elevation") && row.properties.contains_key("_tcfact"), "{label}: {row:?}");
+        assert!(!row.properties.contains_key("city") && !row.properties.contains_key("lat"), "{label}: {row:?}");
+        let tz = Filter::new(vec![("tz".into(), "America/Chicago".into())]);
+        let page = c.query(&tz, 1000, None).await.unwrap();
+        assert_eq!(page.records.len(), chicago.len(), "{label}");
+        assert!(page.records.iter().all(|f| f.record.contains_key("city")), "{label}: whole records");
+        let page = c.query(&tz.clone().returning(Some(vec!["icao".into(), "elevation".into()])), 1000, None).await.unwrap();
+        let got: Vec<Record> = page.records.into_iter().map(|f| f.record).collect();
+        let mut want: Vec<Record> = chicago
+            .iter()
+            .map(|r| [("icao", r["icao"].clone()), ("elevation", r["elevation"].clone())].into_iter().map(|(k, v)| (k.to_string(), v)).collect())
+            .collect();
+        let mut got_sorted = got.clone();
+        let key = |r: &Record| r["icao"].as_str().unwrap().to_string();
+        got_sorted.sort_by_key(key);
+        want.sort_by_key(key);
+        assert_eq!(got_sorted, want, "{label}");
+        verify_clean(&c, &label).await;
+    }
+}
