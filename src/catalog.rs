@@ -204,20 +204,24 @@ impl Catalog {
         store.create_queue(&names.poison_queue).await?;
         store.create_queue(&names.scan_queue).await?;
         store.create_queue(&names.scan_poison_queue).await?;
+        Ok(Catalog::assemble(store, names, opts, wal, jobs, applier, None))
+    }
+
+    /// The catalog around its WAL, jobs and apply engine (and, in single-partition mode,
+    /// its engine): the hinter and the schema manager, nothing created in storage.
+    fn assemble(
+        store: Arc<dyn Store>,
+        names: Names,
+        opts: CatalogOptions,
+        wal: Arc<Wal>,
+        jobs: Arc<crate::job_core::Jobs>,
+        applier: Applier,
+        single: Option<Arc<SinglePartition>>,
+    ) -> Catalog {
         let work = Arc::new(tokio::sync::Notify::new());
         let hints = Hinter::new(store.clone(), names.queue.clone(), work.clone(), wal.write_share());
         let schemas = SchemaManager::new(store.clone(), wal, applier, jobs, hints.clone());
-        Ok(Catalog {
-            store,
-            schemas,
-            names,
-            opts,
-            work,
-            hints,
-            requests: None,
-            apply_metrics: Default::default(),
-            single: None,
-        })
+        Catalog { store, schemas, names, opts, work, hints, requests: None, apply_metrics: Default::default(), single }
     }
 
     /// Opens a catalog in `mode` ([`Mode`], chosen when the catalog is created and stored
@@ -255,20 +259,7 @@ impl Catalog {
                 let wal = Arc::new(Wal::new(store.clone(), names.wal_table.clone(), opts.wal.clone()));
                 let jobs = SchemaManager::jobs(store.clone(), names.wal_table.clone(), names.scan_queue.clone());
                 let applier = Applier::new(wal.clone(), names.table.clone(), schema).with_jobs(jobs.clone());
-                let work = Arc::new(tokio::sync::Notify::new());
-                let hints = Hinter::new(store.clone(), names.queue.clone(), work.clone(), wal.write_share());
-                let schemas = SchemaManager::new(store.clone(), wal, applier, jobs, hints.clone());
-                Ok(Catalog {
-                    store,
-                    schemas,
-                    names,
-                    opts,
-                    work,
-                    hints,
-                    requests: None,
-                    apply_metrics: Default::default(),
-                    single: Some(Arc::new(engine)),
-                })
+                Ok(Catalog::assemble(store, names, opts, wal, jobs, applier, Some(Arc::new(engine))))
             }
         }
     }

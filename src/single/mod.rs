@@ -32,6 +32,10 @@ use crate::record::{self, Record};
 use crate::schema::Schema;
 use crate::store::Store;
 
+/// Attempts of one write under contention (the first included): a write whose record keeps
+/// changing under it answers 503 `busy` after this many.
+pub(crate) const ATTEMPTS: usize = 40;
+
 /// How a catalog stores its records, chosen when it is created and stored with it (opening
 /// it in the other mode fails with [`Error::SchemaMismatch`]).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -167,7 +171,7 @@ impl SinglePartition {
         let filter = self.check_filter(filter)?;
         let record = self.check(record)?;
         let new_identity = self.rows(&record, write_id)?.identity;
-        for _ in 0..write::ATTEMPTS {
+        for _ in 0..ATTEMPTS {
             let mut matched = self.matching(&filter).await?;
             // The match that is the new record itself, or else the last, goes with the store.
             let last = match matched.iter().position(|m| *m == new_identity) {
@@ -192,7 +196,7 @@ impl SinglePartition {
         Err(Error::Busy {
             message: format!(
                 "replace: the last matched record kept changing ({} attempts): the new record was not stored (other matched records may have been deleted); retry",
-                write::ATTEMPTS
+                ATTEMPTS
             ),
             retry_after_secs: 1,
         })

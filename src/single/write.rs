@@ -21,10 +21,9 @@ use crate::record::{self, Record};
 use crate::schema::Schema;
 use crate::store::{BatchOp, ETag, Entity, IfMatch, StoreError};
 
-use super::{egt, layout, SinglePartition};
+use super::{egt, layout, SinglePartition, ATTEMPTS};
 
-/// Attempts of one write under contention (the first included), and the backoff between them.
-pub(crate) const ATTEMPTS: usize = 40;
+/// The backoff between a write's attempts under contention.
 const BACKOFF_MIN: Duration = Duration::from_millis(2);
 const BACKOFF_MAX: Duration = Duration::from_millis(250);
 
