@@ -657,7 +657,9 @@ impl Catalog {
     /// Read-your-writes: [`Catalog::query`], after every write acknowledged before this call
     /// (through any process) was applied; see `crate::apply::catch_up` for the argument.
     /// With nothing pending it costs one request per WAL shard (concurrently) before the
-    /// query. [`Error::Busy`] (HTTP 503 with `Retry-After`) when more than
+    /// query, and, through an index added online, one schema read after it (an index dropped
+    /// while the lookup ran gives the error a fresh lookup gets, never a partial answer).
+    /// [`Error::Busy`] (HTTP 503 with `Retry-After`) when more than
     /// `crate::apply::catch_up::MAX_CATCH_UP` entries are pending, or when they are not
     /// applied within [`CatalogOptions::consistent_timeout`]; it never answers from a catalog
     /// that has not caught up.
@@ -674,7 +676,11 @@ impl Catalog {
         }
         let deadline = crate::env::now() + self.opts.consistent_timeout;
         match self.applier().catch_up(deadline).await? {
-            CaughtUp::Yes => self.query_under(&schema, filter, limit, continuation).await,
+            CaughtUp::Yes => {
+                let page = self.query_under(&schema, filter, limit, continuation).await?;
+                self.still_served(filter, &page.index).await?;
+                Ok(page)
+            }
             CaughtUp::Backlog { pending } => Err(Error::Busy {
                 message: format!(
                     "consistent: {pending} WAL entries are still to be applied (at most {} are applied for a consistent read); retry later, or read without consistent=true",
@@ -686,6 +692,36 @@ impl Catalog {
                 message: format!(
                     "consistent: the writes acknowledged before this read were not all applied within {:?}; retry later",
                     self.opts.consistent_timeout
+                ),
+                retry_after_secs: 1,
+            }),
+        }
+    }
+
+    /// After a consistent lookup read `index`: when it is an index added online, the schema
+    /// is read again, and the answer stands only if that index would still serve the filter.
+    /// The lookup's schema copy may be up to [`crate::indexes::LOOKUP_SCHEMA_AGE`] old, and an index
+    /// dropped meanwhile may have lost rows before the read; a drop's job removes rows only
+    /// after the index is marked `dropping` in the schema row, so an index still active (and
+    /// still the one chosen) after the read was complete during it. Otherwise the error a
+    /// fresh lookup gets (`Invalid` for a dropping or dropped index, `IndexNotReady` for one
+    /// added again and backfilling), never a partial answer (simulator seeds 459 and 591,
+    /// `region` and `country` lookups through dropped indexes). Identity indexes are never
+    /// dropped: no read.
+    async fn still_served(&self, filter: &Filter, index: &str) -> Result<()> {
+        let schema = self.applier().schema();
+        if schema.identity_keys().iter().any(|f| f == index) {
+            return Ok(());
+        }
+        self.applier().reload_schema().await?;
+        let fresh = self.applier().schema();
+        filter.validate(&fresh)?;
+        match filter.choose_index(&fresh, crate::index_choice::Purpose::Lookup) {
+            Some(now) if now == index => Ok(()),
+            now => Err(Error::Busy {
+                message: format!(
+                    "consistent: the index '{index}' this lookup read changed while it ran (now {}); retry",
+                    now.as_deref().unwrap_or("none")
                 ),
                 retry_after_secs: 1,
             }),

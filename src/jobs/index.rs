@@ -28,6 +28,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use futures::{StreamExt, TryStreamExt};
 use serde::{Deserialize, Serialize};
 
 pub use crate::job_core::index_params::partition_prefix;
@@ -46,6 +47,9 @@ use crate::scan::{self, Step};
 use crate::schema::IndexState;
 use crate::store::bulk_delete;
 use crate::wal::WalId;
+
+/// At most this many projected rows are refreshed at once by a backfill step.
+const REFRESHES: usize = 16;
 
 /// What one step of an index job counts, as stored. Backfill: `written` always; `rows`,
 /// `records`, `tombstones`, `unkeyable` once counted. Drop: `deleted` only.
@@ -109,13 +113,13 @@ impl IndexJob {
             add(&mut c.records, 1);
             // The record's rows of other projected indexes hold every indexed value: written
             // before this index was added, they lack its field, which a filter through them
-            // needs to find this index's row. Written again (same WAL id, newer schema
-            // version: the fence lets it through) before this index's row, so no filter
-            // finds this index's row without its rows naming it.
+            // needs to find this index's row. Refreshed (same WAL id, newer schema version;
+            // only rows that exist, `crate::apply::refresh`) before this index's row, so no
+            // filter finds this index's row without its rows naming it.
             for (index, pk) in keys.partitions.iter().filter(|(f, _)| *f != p.field) {
                 if !schema.projection_of(index).is_all() {
                     let payload = schema.row_payload(index, &rec, &e.partition_key).into_owned();
-                    first.push((pk.clone(), keys.row_key.clone(), WalId::from_stored(meta.wal_id.clone()), payload));
+                    first.push((pk.clone(), keys.row_key.clone(), meta.wal_id.clone(), payload));
                 }
             }
             if let Some((_, pk)) = keys.partitions.iter().find(|(f, _)| *f == p.field) {
@@ -125,18 +129,25 @@ impl IndexJob {
             }
         }
         let n = writes.len() as u64;
-        for writes in [&first, &writes] {
-            let rows =
-                || writes.iter().map(|(pk, rk, id, rec)| (pk.clone(), rk.clone(), id, RowWrite::Live(rec))).collect();
-            match applier.write_rows(rows(), applier.schema().version()).await {
-                // A row written under a newer schema (an index change since this step began):
-                // write again with it (every write is fenced).
-                Err(Error::SchemaChanged(version)) => {
-                    applier.ensure_schema(version).await?;
-                    applier.write_rows(rows(), applier.schema().version()).await?;
-                }
-                other => other?,
+        // Concurrently, at most REFRESHES at once, all before this index's rows.
+        let version = applier.schema().version();
+        // (Collected first, so that the stream holds the futures, not a closure over borrowed
+        // data, which keeps the step's future `Send`.)
+        let refreshes: Vec<_> = first
+            .iter()
+            .map(|(pk, rk, id, payload)| applier.refresh_row(pk, rk, id, payload, p.version, version))
+            .collect();
+        futures::stream::iter(refreshes).buffer_unordered(REFRESHES).try_collect::<Vec<()>>().await?;
+        let rows =
+            || writes.iter().map(|(pk, rk, id, rec)| (pk.clone(), rk.clone(), id, RowWrite::Live(rec))).collect();
+        match applier.write_rows(rows(), applier.schema().version()).await {
+            // A row written under a newer schema (an index change since this step began):
+            // write again with it (every write is fenced).
+            Err(Error::SchemaChanged(version)) => {
+                applier.ensure_schema(version).await?;
+                applier.write_rows(rows(), applier.schema().version()).await?;
             }
+            other => other?,
         }
         add(&mut c.written, n);
         Ok(c)

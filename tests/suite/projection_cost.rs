@@ -72,9 +72,10 @@ fn big_records(n: usize) -> Vec<Record> {
         .collect()
 }
 
-/// (per record written: catalog requests, country-row bytes; per lookup of one country,
-/// page of up to 100: requests, records).
-async fn measure(projection: Projection, records: Vec<Record>, lookup: &str) -> (f64, f64, f64, u64, f64) {
+/// (per record written: catalog requests, country-row bytes, table bytes; per lookup of one
+/// country, page of up to 100: requests, records; the same lookup with `?fields=icao,name`:
+/// requests).
+async fn measure(projection: Projection, records: Vec<Record>, lookup: &str) -> (f64, f64, f64, u64, f64, u64) {
     let names = Names::new("projcost", None, None).unwrap();
     let table = names.table.clone();
     let layer = common::CallCounter::new(move |call| call.target == table);
@@ -104,20 +105,33 @@ async fn measure(projection: Projection, records: Vec<Record>, lookup: &str) -> 
     let before = store.layer().get();
     let page = c.query(&Filter::new(vec![("country".into(), lookup.into())]), 100, None).await.unwrap();
     let lookup_requests = store.layer().get() - before;
-    (writes, country_bytes as f64 / n, all_bytes as f64 / n, lookup_requests, page.records.len() as f64)
+    let fields =
+        Filter::new(vec![("country".into(), lookup.into())]).returning(Some(vec!["icao".into(), "name".into()]));
+    let before = store.layer().get();
+    let cut = c.query(&fields, 100, None).await.unwrap();
+    let fields_requests = store.layer().get() - before;
+    assert_eq!(cut.records.len(), page.records.len());
+    (
+        writes,
+        country_bytes as f64 / n,
+        all_bytes as f64 / n,
+        lookup_requests,
+        page.records.len() as f64,
+        fields_requests,
+    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "a measurement (docs/BENCHMARKS.md): cargo test --test suite -- projection_cost --ignored --nocapture"]
 async fn projection_cost_all_against_keys() {
-    println!("| records | projection | requests / write | country row bytes / record | table bytes / record | lookup (1 page) requests | records returned |");
-    println!("|---|---|---|---|---|---|---|");
+    println!("| records | projection | requests / write | country row bytes / record | table bytes / record | lookup (1 page) requests | records returned | `?fields=icao,name` requests |");
+    println!("|---|---|---|---|---|---|---|---|");
     for (label, lookup) in [("airports (2,000)", "US"), ("64 KiB (200)", "C3")] {
         for projection in [Projection::All, Projection::Keys] {
             let records = if lookup == "US" { airports(2_000) } else { big_records(200) };
             let shown = projection.to_string();
-            let (w, cb, tb, lr, lc) = measure(projection, records, lookup).await;
-            println!("| {label} | {shown} | {w:.2} | {cb:.0} | {tb:.0} | {lr} | {lc:.0} |");
+            let (w, cb, tb, lr, lc, fr) = measure(projection, records, lookup).await;
+            println!("| {label} | {shown} | {w:.2} | {cb:.0} | {tb:.0} | {lr} | {lc:.0} | {fr} |");
         }
     }
 }
