@@ -186,7 +186,9 @@ try_mutant() {
     [ "${#run[@]}" -gt 0 ] || die "mutant '$name' records no test (a '# test:' header line)"
     # Each test's target must exist: `target_arg` dies in this shell, not in the `$( )`
     # subshells below (where a bad target went on to build and run every test).
-    for t in "${run[@]}"; do target_arg "${t%%:*}" >/dev/null; done
+    if [ -z "$cmd" ] && [ -z "$seeds" ]; then
+        for t in "${run[@]}"; do target_arg "${t%%:*}" >/dev/null; done
+    fi
     # Build first, so that a mutant that does not compile is an error, not "caught".
     if [ -n "$seeds" ]; then
         if ! run_in_scratch "build" "$cargo test --release --test randomized --no-run" "$logdir/build.log"; then
