@@ -184,6 +184,11 @@ try_mutant() {
         done < <(recorded_tests "$patch")
     fi
     [ "${#run[@]}" -gt 0 ] || die "mutant '$name' records no test (a '# test:' header line)"
+    # Each test's target must exist: `target_arg` dies in this shell, not in the `$( )`
+    # subshells below (where a bad target went on to build and run every test).
+    if [ -z "$cmd" ] && [ -z "$seeds" ]; then
+        for t in "${run[@]}"; do target_arg "${t%%:*}" >/dev/null; done
+    fi
     # Build first, so that a mutant that does not compile is an error, not "caught".
     if [ -n "$seeds" ]; then
         if ! run_in_scratch "build" "$cargo test --release --test randomized --no-run" "$logdir/build.log"; then
@@ -240,6 +245,7 @@ baseline() {
     copy_tree
     while IFS= read -r t; do
         run+=("$t")
+        target_arg "${t%%:*}" >/dev/null # dies here on a bad target (not in the `$( )` below)
         targets+=($(target_arg "${t%%:*}"))
     done < <(for p in "$mutants_dir"/*.patch; do recorded_tests "$p"; done | sort -u)
     # Each target once (`--test suite` and `--lib` are named by many recorded tests).

@@ -350,6 +350,22 @@ impl Catalog {
     /// logged, hashed fields' values in redacted form ([`Schema::blind_filter`]).
     fn check_filter(&self, schema: &Schema, filter: Filter) -> Result<Filter> {
         filter.clone().allow_partial(false).validate(schema)?;
+        // A projected index's rows written before an index was added lack that index's
+        // field, and the apply decides a filter on the rows it reads: until it reads the
+        // fact row for them (docs/ARCHITECTURE.md, "Projections"), a write filter through a
+        // projected index names only that index's fields and identity fields.
+        let (index, _) = filter.index_read(schema)?;
+        let projection = schema.projection_of(&index);
+        if !projection.is_all() {
+            let own = crate::composite::fields_of(&index);
+            if let Some((field, _)) =
+                filter.fields.iter().find(|(f, _)| !own.contains(&f.as_str()) && !schema.identity_keys().contains(f))
+            {
+                return Err(Error::invalid(format!(
+                    "filter: '{field}' cannot be matched through index '{index}' (projection {projection}) by a delete or replace yet; filter by '{index}' alone, or by an identity field"
+                )));
+            }
+        }
         Ok(schema.blind_filter(filter.allow_partial(false)))
     }
 
@@ -611,10 +627,19 @@ impl Catalog {
         if limit == 0 || limit > MAX_PAGE {
             return Err(Error::invalid(format!("limit: {limit} is out of range 1..={MAX_PAGE}")));
         }
-        if let Some(sp) = &self.single {
-            return sp.query_page(filter, limit, continuation).await;
+        let mut page = match &self.single {
+            Some(sp) => sp.query_page(filter, limit, continuation).await?,
+            None => {
+                check_returning(schema, filter)?;
+                query::query_page(self.store.as_ref(), &self.names.table, schema, filter, limit, continuation).await?
+            }
+        };
+        if let Some(fields) = &filter.returning {
+            for found in &mut page.records {
+                found.record.retain(|k, _| fields.contains(k));
+            }
         }
-        query::query_page(self.store.as_ref(), &self.names.table, schema, filter, limit, continuation).await
+        Ok(page)
     }
 
     /// The schema to run lookup `filter` under, after checking the filter against it (see
@@ -632,7 +657,9 @@ impl Catalog {
     /// Read-your-writes: [`Catalog::query`], after every write acknowledged before this call
     /// (through any process) was applied; see `crate::apply::catch_up` for the argument.
     /// With nothing pending it costs one request per WAL shard (concurrently) before the
-    /// query. [`Error::Busy`] (HTTP 503 with `Retry-After`) when more than
+    /// query, and, through an index added online, one schema read after it (an index dropped
+    /// while the lookup ran gives the error a fresh lookup gets, never a partial answer).
+    /// [`Error::Busy`] (HTTP 503 with `Retry-After`) when more than
     /// `crate::apply::catch_up::MAX_CATCH_UP` entries are pending, or when they are not
     /// applied within [`CatalogOptions::consistent_timeout`]; it never answers from a catalog
     /// that has not caught up.
@@ -649,7 +676,11 @@ impl Catalog {
         }
         let deadline = crate::env::now() + self.opts.consistent_timeout;
         match self.applier().catch_up(deadline).await? {
-            CaughtUp::Yes => self.query_under(&schema, filter, limit, continuation).await,
+            CaughtUp::Yes => {
+                let page = self.query_under(&schema, filter, limit, continuation).await?;
+                self.still_served(filter, &page.index).await?;
+                Ok(page)
+            }
             CaughtUp::Backlog { pending } => Err(Error::Busy {
                 message: format!(
                     "consistent: {pending} WAL entries are still to be applied (at most {} are applied for a consistent read); retry later, or read without consistent=true",
@@ -661,6 +692,36 @@ impl Catalog {
                 message: format!(
                     "consistent: the writes acknowledged before this read were not all applied within {:?}; retry later",
                     self.opts.consistent_timeout
+                ),
+                retry_after_secs: 1,
+            }),
+        }
+    }
+
+    /// After a consistent lookup read `index`: when it is an index added online, the schema
+    /// is read again, and the answer stands only if that index would still serve the filter.
+    /// The lookup's schema copy may be up to [`crate::indexes::LOOKUP_SCHEMA_AGE`] old, and an index
+    /// dropped meanwhile may have lost rows before the read; a drop's job removes rows only
+    /// after the index is marked `dropping` in the schema row, so an index still active (and
+    /// still the one chosen) after the read was complete during it. Otherwise the error a
+    /// fresh lookup gets (`Invalid` for a dropping or dropped index, `IndexNotReady` for one
+    /// added again and backfilling), never a partial answer (simulator seeds 459 and 591,
+    /// `region` and `country` lookups through dropped indexes). Identity indexes are never
+    /// dropped: no read.
+    async fn still_served(&self, filter: &Filter, index: &str) -> Result<()> {
+        let schema = self.applier().schema();
+        if schema.identity_keys().iter().any(|f| f == index) {
+            return Ok(());
+        }
+        self.applier().reload_schema().await?;
+        let fresh = self.applier().schema();
+        filter.validate(&fresh)?;
+        match filter.choose_index(&fresh, crate::index_choice::Purpose::Lookup) {
+            Some(now) if now == index => Ok(()),
+            now => Err(Error::Busy {
+                message: format!(
+                    "consistent: the index '{index}' this lookup read changed while it ran (now {}); retry",
+                    now.as_deref().unwrap_or("none")
                 ),
                 retry_after_secs: 1,
             }),
@@ -994,4 +1055,30 @@ pub(crate) mod internals {
             Catalog::single_records(self, segment)
         }
     }
+}
+
+/// Checks [`Filter::returning`] against the index the lookup reads: 1 to
+/// [`query::MAX_RETURNED_FIELDS`] valid field names, each one the index's rows hold
+/// (`crate::projection`; every field for an `all` index). Errors name the field and the
+/// limit or the index.
+fn check_returning(schema: &Schema, filter: &Filter) -> Result<()> {
+    let Some(fields) = &filter.returning else { return Ok(()) };
+    if fields.is_empty() || fields.len() > query::MAX_RETURNED_FIELDS {
+        return Err(Error::invalid(format!(
+            "fields: {} fields; name 1 to {} (fields=a,b)",
+            fields.len(),
+            query::MAX_RETURNED_FIELDS
+        )));
+    }
+    let (index, _) = filter.index_read(schema)?;
+    let projection = schema.projection_of(&index);
+    for field in fields {
+        crate::record::validate_field_name(field).map_err(|e| Error::invalid(format!("fields: {e}")))?;
+        if !schema.holds(projection, field) {
+            return Err(Error::invalid(format!(
+                "fields: '{field}' is not held by the rows of index '{index}' (projection {projection}); name only fields they hold (its identity, indexed and included fields), or leave fields out to get whole records"
+            )));
+        }
+    }
+    Ok(())
 }

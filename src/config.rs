@@ -27,6 +27,7 @@ use crate::wal::schema_row;
 
 pub use crate::hashed::{HashKey, HashKeyError, KeyId};
 pub use crate::names::{validate_queue_name, validate_table_name, Names};
+pub use crate::projection::{Projection, MAX_INCLUDED_FIELDS};
 pub use crate::schema::{AddedIndex, IndexState, RecordKeys, Schema};
 pub use crate::single::Mode;
 

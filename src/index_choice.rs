@@ -222,7 +222,13 @@ mod tests {
         let added = added
             .iter()
             .enumerate()
-            .map(|(i, (f, s))| AddedIndex { field: f.to_string(), state: *s, version: i as u64 + 1, job: None })
+            .map(|(i, (f, s))| AddedIndex {
+                field: f.to_string(),
+                state: *s,
+                version: i as u64 + 1,
+                job: None,
+                projection: Default::default(),
+            })
             .collect();
         Schema::new(vec!["icao".into(), "iata".into()], "name").unwrap().with_added(added, 9).unwrap()
     }

@@ -62,6 +62,7 @@
 use std::sync::Arc;
 
 pub use crate::composite::{COMPOSITE_SEPARATOR, MAX_COMPOSITE_FIELDS};
+pub use crate::projection::{Projection, MAX_INCLUDED_FIELDS};
 pub use crate::schema_manager::{IndexChange, IndexInfo, LOOKUP_SCHEMA_AGE};
 
 use crate::catalog::Catalog;
@@ -82,6 +83,7 @@ pub async fn list(catalog: &Catalog) -> Result<Vec<IndexInfo>> {
                 state: crate::schema::IndexState::Active,
                 identity: true,
                 version: 0,
+                projection: crate::projection::Projection::All,
                 job: None,
                 progress: None,
             })
@@ -98,8 +100,22 @@ pub async fn list(catalog: &Catalog) -> Result<Vec<IndexInfo>> {
 /// already, or a composite index with the same fields in another order
 /// ([`crate::Error::Conflict`], naming its state). Nothing is written on error.
 pub async fn add(catalog: &Catalog, field: &str) -> Result<IndexChange> {
+    add_projected(catalog, field, Projection::All).await
+}
+
+/// [`add`] with projection `projection` ([`Projection`]: `all`, `keys`, `include:a,b`):
+/// what the index's rows hold. Errors as [`add`], and: a projection other than `all` on an
+/// identity field ([`crate::Error::Invalid`]: identity fields always hold the whole record);
+/// an index being added with another projection ([`crate::Error::Conflict`]). Nothing is
+/// written on error.
+///
+/// A lookup through a `keys` or `include` index reads the index page, then each record's
+/// fact row, and returns whole records. A delete or replace whose filter reads a projected
+/// index may name only that index's fields and identity fields (others:
+/// [`crate::Error::Invalid`]). docs/ARCHITECTURE.md, "Projections".
+pub async fn add_projected(catalog: &Catalog, field: &str, projection: Projection) -> Result<IndexChange> {
     catalog.wal_mode_only("adding an index online")?;
-    catalog.schemas().add(field).await
+    catalog.schemas().add(field, projection).await
 }
 
 /// Drops index `field` online (see the module docs): it stops being maintained once every

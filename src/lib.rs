@@ -95,6 +95,7 @@ pub(crate) mod keys;
 pub(crate) mod messages;
 pub(crate) mod metrics;
 pub(crate) mod names;
+pub(crate) mod projection;
 pub(crate) mod repair;
 pub(crate) mod scan;
 pub(crate) mod schema;

@@ -46,17 +46,32 @@ pub struct Filter {
     /// backfilled. Lookups only; never logged (writes need active indexes).
     #[serde(skip)]
     pub allow_partial: bool,
+    /// Return only these fields of each record (HTTP `?fields=a,b`; at most
+    /// [`MAX_RETURNED_FIELDS`]). Through a projected index (`crate::projection`) they must be
+    /// fields its rows hold, and the lookup then answers from the index rows without reading
+    /// the fact rows. Lookups only; never logged.
+    #[serde(skip)]
+    pub returning: Option<Vec<String>>,
 }
+
+/// At most this many fields in [`Filter::returning`].
+pub const MAX_RETURNED_FIELDS: usize = 64;
 
 impl Filter {
     /// A filter on these fields, without a sort-value range.
     pub fn new(fields: Vec<(String, String)>) -> Filter {
-        Filter { fields, row_from: None, row_to: None, identity: None, allow_partial: false }
+        Filter { fields, row_from: None, row_to: None, identity: None, allow_partial: false, returning: None }
     }
 
     /// Restricts the filter to one record identity (builder style; see [`Filter::identity`]).
     pub fn identity(mut self, row_key: impl Into<String>) -> Filter {
         self.identity = Some(row_key.into());
+        self
+    }
+
+    /// Returns only `fields` of each record (builder style; see [`Filter::returning`]).
+    pub fn returning(mut self, fields: Option<Vec<String>>) -> Filter {
+        self.returning = fields;
         self
     }
 
@@ -212,8 +227,25 @@ fn live_match(schema: &Schema, filter: &Filter, e: &Entity) -> Option<Found> {
         return None;
     }
     record::from_entity(e)
-        .filter(|r| filter.matches(schema, r))
+        .filter(|r| filter.matches(schema, r) || (projected(r) && filter.matches_held(schema, r)))
         .map(|record| Found { record, row_key: e.row_key.clone() })
+}
+
+/// True for a projected row's payload (`crate::projection`).
+fn projected(r: &Record) -> bool {
+    r.contains_key(crate::projection::FACT_PARTITION)
+}
+
+impl Filter {
+    /// True when the record has every filtered value among the fields it holds: a projected
+    /// row written before an index was added lacks that index's field, and its fact row
+    /// decides (`resolve_facts` checks the whole filter there).
+    fn matches_held(&self, schema: &Schema, record: &Record) -> bool {
+        self.fields.iter().all(|(field, value)| match Schema::index_value(record, field) {
+            Some(v) => schema.same_value(field, &v, value),
+            None => !record.contains_key(field.as_str()),
+        })
+    }
 }
 
 /// True when every RowKey of `range` is at or below `row_key` (UTF-16 order, as the service
@@ -223,11 +255,68 @@ pub(crate) fn ends_at_or_before(range: &RowRange, row_key: &str) -> bool {
     range.before.as_deref().is_some_and(le) || range.to.as_deref().is_some_and(le)
 }
 
+/// At most this many fact rows are read at once for a page of a projected index.
+const FACT_READS: usize = 16;
+
 /// Reads up to `limit` matching records of the filter's partition, starting after
 /// `continuation`. Tombstones and records failing the other filter fields are skipped, so
 /// this may read more rows than it returns. The filter's RowKey ranges
 /// ([`Filter::row_ranges`]) are read in order; the continuation is the last RowKey returned.
+///
+/// Through a projected index (`crate::projection`) each row found is followed to its
+/// record's fact row (read concurrently, at most 16 at once), and the whole record is
+/// returned; a row whose fact row is gone, a tombstone, or no longer matches the filter (the
+/// record changed between the two reads) is left out, so a page may then hold fewer than
+/// `limit` records while a continuation follows.
 pub async fn query_page(
+    store: &dyn TableStore,
+    table: &str,
+    schema: &Schema,
+    filter: &Filter,
+    limit: usize,
+    continuation: Option<&str>,
+) -> Result<ResultPage> {
+    let mut page = read_page(store, table, schema, filter, limit, continuation).await?;
+    resolve_facts(store, table, schema, filter, &mut page.records).await?;
+    Ok(page)
+}
+
+/// Replaces each record of `found` read from a projected row (it holds
+/// `crate::projection::FACT_PARTITION`) by the live record of its fact row when that still
+/// matches `filter`, and leaves it out otherwise. Records read whole are kept as they are.
+async fn resolve_facts(
+    store: &dyn TableStore,
+    table: &str,
+    schema: &Schema,
+    filter: &Filter,
+    found: &mut Vec<Found>,
+) -> Result<()> {
+    use crate::projection::FACT_PARTITION;
+    use futures::StreamExt;
+    if !found.iter().any(|f| f.record.contains_key(FACT_PARTITION)) {
+        return Ok(());
+    }
+    let from_rows = filter.returning.is_some();
+    let reads = found.drain(..).map(|f| async move {
+        let Some(fact_pk) = f.record.get(FACT_PARTITION).and_then(serde_json::Value::as_str) else {
+            return Ok::<_, Error>(Some(f));
+        };
+        // `returning` fields the rows hold (checked by the caller): the row answers, unless
+        // it lacks a filtered field (written before that index was added).
+        if from_rows && filter.matches(schema, &f.record) {
+            return Ok(Some(f));
+        }
+        let row = store.get(table, fact_pk, &f.row_key).await?;
+        let record = row.as_ref().and_then(record::from_entity).filter(|r| filter.matches(schema, r));
+        Ok(record.map(|record| Found { record, row_key: f.row_key }))
+    });
+    let resolved: Vec<Option<Found>> = futures::stream::iter(reads).buffered(FACT_READS).try_collect().await?;
+    *found = resolved.into_iter().flatten().collect();
+    Ok(())
+}
+
+/// [`query_page`]'s read of the index partition, rows as they are.
+async fn read_page(
     store: &dyn TableStore,
     table: &str,
     schema: &Schema,

@@ -9,12 +9,15 @@
 //! value) but do not feed the fingerprint; each has a state ([`IndexState`]). The schema has a
 //! version, raised by every change that alters what is maintained.
 
+use std::borrow::Cow;
+
 use serde_json::Value as Json;
 
 use crate::composite;
 use crate::error::{Error, Result};
 use crate::hashed::HashKey;
 use crate::keys;
+use crate::projection::Projection;
 use crate::record::{validate_field_name, Record};
 use crate::settings;
 
@@ -56,6 +59,10 @@ pub struct AddedIndex {
     /// The job backfilling or removing its rows, once started (a job id).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub job: Option<String>,
+    /// What its rows hold (`crate::projection`); absent in a stored schema means `all`,
+    /// which is not written, so schemas without projections read and write unchanged.
+    #[serde(default, skip_serializing_if = "Projection::is_all")]
+    pub projection: Projection,
 }
 
 /// Index keys and row-key field of a catalog, with its hashed and redacted index fields.
@@ -208,6 +215,62 @@ impl Schema {
     /// The indexes added after creation, with their states.
     pub fn added(&self) -> &[AddedIndex] {
         &self.added
+    }
+
+    /// The projection of index `index` (`crate::projection`): `all` for identity fields,
+    /// for unknown indexes and for added ones stored without one.
+    pub fn projection_of(&self, index: &str) -> &Projection {
+        static ALL: Projection = Projection::All;
+        self.added.iter().find(|a| a.field == index).map_or(&ALL, |a| &a.projection)
+    }
+
+    /// True when a row of an index whose projection is `projection` holds `field`'s value
+    /// of its record (`crate::projection`): every field under `all`; under `keys` an
+    /// identity field, the row-key field or a field of any index the schema lists
+    /// (maintained, backfilling or dropping; a composite index's fields each); under
+    /// `include` those and the listed fields.
+    pub(crate) fn holds(&self, projection: &Projection, field: &str) -> bool {
+        let keys = || {
+            self.identity.iter().any(|k| k == field)
+                || self.row_key == field
+                || self.index_keys.iter().chain(self.added.iter().map(|a| &a.field)).any(|index| {
+                    if composite::is_composite(index) {
+                        composite::fields_of(index).contains(&field)
+                    } else {
+                        index == field
+                    }
+                })
+        };
+        match projection {
+            Projection::All => true,
+            Projection::Keys => keys(),
+            Projection::Include(list) => keys() || list.iter().any(|f| f == field),
+        }
+    }
+
+    /// The payload of `record`'s row in an index whose projection is `projection`: the
+    /// record itself under `all`; otherwise the fields the projection holds
+    /// ([`Schema::holds`]) and `crate::projection::FACT_PARTITION`, the PartitionKey of the
+    /// record's fact row, `fact_pk`. The one place a row's payload is built from a record
+    /// and a projection.
+    pub(crate) fn project(&self, projection: &Projection, record: &Record, fact_pk: &str) -> Record {
+        if projection.is_all() {
+            return record.clone();
+        }
+        let mut out: Record =
+            record.iter().filter(|(k, _)| self.holds(projection, k)).map(|(k, v)| (k.clone(), v.clone())).collect();
+        out.insert(crate::projection::FACT_PARTITION.to_string(), Json::String(fact_pk.to_string()));
+        out
+    }
+
+    /// The payload of `record`'s row in index `index` (a field or a composite index's
+    /// name), whose record's fact row is in partition `fact_pk`: the record itself for an
+    /// `all` index (borrowed), else its projection ([`Schema::project`]).
+    pub(crate) fn row_payload<'r>(&self, index: &str, record: &'r Record, fact_pk: &str) -> Cow<'r, Record> {
+        match self.projection_of(index) {
+            Projection::All => Cow::Borrowed(record),
+            projection => Cow::Owned(self.project(projection, record, fact_pk)),
+        }
     }
 
     /// The schema version (0 until the first index change).
@@ -585,7 +648,7 @@ mod tests {
     }
 
     fn added(field: &str, state: IndexState, version: u64) -> AddedIndex {
-        AddedIndex { field: field.into(), state, version, job: None }
+        AddedIndex { field: field.into(), state, version, job: None, projection: Projection::All }
     }
 
     #[test]

@@ -18,6 +18,7 @@ use crate::error::{Error, Result};
 use crate::hinter::Hinter;
 use crate::job_core::index_params::{roots, IndexParams};
 use crate::job_core::{Job, JobId, JobKind, Jobs};
+use crate::projection::Projection;
 use crate::query::Filter;
 use crate::schema::{AddedIndex, IndexState, Schema};
 use crate::store::{Entity, Store};
@@ -39,6 +40,9 @@ pub struct IndexInfo {
     pub identity: bool,
     /// The schema version of the change that put it in this state (0 for identity fields).
     pub version: u64,
+    /// What its rows hold: `all`, `keys` or `include:a,b` (`crate::projection`; identity
+    /// fields are always `all`).
+    pub projection: Projection,
     /// The job backfilling or removing its rows.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub job: Option<String>,
@@ -130,6 +134,7 @@ impl SchemaManager {
                 state: IndexState::Active,
                 identity: true,
                 version: 0,
+                projection: Projection::All,
                 job: None,
                 progress: None,
             })
@@ -155,19 +160,27 @@ impl SchemaManager {
             state: a.state,
             identity: false,
             version: a.version,
+            projection: a.projection.clone(),
             job: a.job.clone(),
             progress,
         })
     }
 
-    /// Adds index `field` online (see the module docs); returns once the change is logged (the
-    /// backfill runs on the scan queue). Errors: a bad field name ([`Error::Invalid`]), a field
-    /// that is already an index ([`Error::Conflict`], naming its state).
-    pub(crate) async fn add(&self, field: &str) -> Result<IndexChange> {
+    /// Adds index `field` online with projection `projection` (see the module docs); returns
+    /// once the change is logged (the backfill runs on the scan queue). Errors: a bad field
+    /// name or a projection other than `all` on an identity field ([`Error::Invalid`]), a field
+    /// that is already an index ([`Error::Conflict`], naming its state), the same index
+    /// asked for again with another projection ([`Error::Conflict`]).
+    pub(crate) async fn add(&self, field: &str, projection: Projection) -> Result<IndexChange> {
         validate_index_name(field).map_err(|e| Error::invalid(format!("field: {e}")))?;
         let wanted = field.to_string();
         let row = schema_row::update(self.store.as_ref(), self.wal.table(), |identity, added, version| {
             let lower = wanted.to_lowercase();
+            if !projection.is_all() && identity.iter().any(|k| k.to_lowercase() == lower) {
+                return Err(Error::invalid(format!(
+                    "projection: '{wanted}' is an identity field, whose rows hold the whole record (one of them is the record's fact row, which projected rows point to), so its projection is all; add another index with --projection {projection}"
+                )));
+            }
             if identity.iter().any(|k| k.to_lowercase() == lower) {
                 return Err(Error::Conflict(format!(
                     "field: '{wanted}' is already an index (an identity field, active)"
@@ -177,6 +190,12 @@ impl SchemaManager {
                 // A change that stopped before its job started (the process died between the
                 // steps): publish it again (each step is idempotent).
                 if a.field == wanted && a.state == IndexState::Backfilling && a.job.is_none() {
+                    if a.projection != projection {
+                        return Err(Error::Conflict(format!(
+                            "field: '{wanted}' is being added with projection {}, not {projection}; run the same command again to complete it, or drop it once it is active",
+                            a.projection
+                        )));
+                    }
                     return Ok(false);
                 }
                 return Err(Error::Conflict(format!(
@@ -201,6 +220,7 @@ impl SchemaManager {
                 state: IndexState::Backfilling,
                 version: *version,
                 job: None,
+                projection: projection.clone(),
             });
             Ok(true)
         })
@@ -281,6 +301,7 @@ impl SchemaManager {
                 state: index.state,
                 identity: false,
                 version: index.version,
+                projection: index.projection,
                 job: Some(job),
                 progress: None,
             },

@@ -159,8 +159,16 @@ impl Applier {
                 }
                 faults::point("after_fanout_row")?;
             }
-            let rest = keys.partitions.iter().filter(|(_, pk)| *pk != owner);
-            let rows = rest.map(|(_, pk)| (pk.clone(), rk.clone(), id, RowWrite::Live(record))).collect();
+            // A projected index's row holds the record's keys and the owner row's
+            // PartitionKey (its fact row, written above), `crate::projection`.
+            let payloads: Vec<(String, std::borrow::Cow<'_, Record>)> = keys
+                .partitions
+                .iter()
+                .filter(|(_, pk)| *pk != owner)
+                .map(|(index, pk)| (pk.clone(), schema.row_payload(index, record, &owner)))
+                .collect();
+            let rows =
+                payloads.iter().map(|(pk, p)| (pk.clone(), rk.clone(), id, RowWrite::Live(p.as_ref()))).collect();
             return self.write_rows(rows, schema.version()).await;
         }
     }

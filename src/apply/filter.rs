@@ -70,7 +70,8 @@ pub(super) fn resumed_past(row_key: &str, resume: Option<&str>) -> bool {
 pub(super) enum Match {
     /// A live row whose record matches (or this entry's own tombstone). `later`: a later
     /// entry wrote it (applied before this one; fencing keeps this entry off it).
-    Live { partition: String, row_key: String, record: Record, later: bool },
+    /// `wal_id`: the entry that wrote the row.
+    Live { partition: String, row_key: String, record: Record, later: bool, wal_id: String },
     /// A row a later entry wrote (applied before this one) that does not show a match: a
     /// tombstone (the later entry moved the record to another value of an added index), or a
     /// live version that no longer matches (it changed a filtered field this partition does
@@ -239,8 +240,11 @@ impl Applier {
 
     /// Tombstones every row of the records in `found` (except rows the new record keeps)
     /// and records one history row per identity removed.
-    async fn remove_matched(&self, t: &Target<'_>, found: Vec<Match>) -> Result<()> {
+    async fn remove_matched(&self, t: &Target<'_>, mut found: Vec<Match>) -> Result<()> {
         let id = t.entry.effective();
+        // A projected row's payload may lack the field of an index added after it was
+        // written: its version's whole record, from the fact row (`super::fact`).
+        self.complete_projected(&mut found).await?;
         let mut doomed: BTreeMap<(String, String), Record> = BTreeMap::new();
         // Identities whose matched row a later entry wrote (applied before this one).
         let mut newer: BTreeSet<String> = BTreeSet::new();
@@ -250,7 +254,7 @@ impl Applier {
         let mut hidden: BTreeSet<String> = BTreeSet::new();
         for m in found {
             let (partition, row_key, rec) = match m {
-                Match::Live { partition, row_key, record, later } => {
+                Match::Live { partition, row_key, record, later, .. } => {
                     if later {
                         newer.insert(row_key.clone());
                     }
@@ -354,6 +358,7 @@ impl Applier {
                     row_key: e.row_key.clone(),
                     record: rec,
                     later,
+                    wal_id: meta.wal_id.clone(),
                 });
             } else if later && self.history.is_some() {
                 // The later version changed a filtered field that this partition does not

@@ -24,6 +24,11 @@ pub enum IndexAction {
     Add {
         /// The record field to index.
         field: String,
+        /// What the index's rows hold: all (the whole record), keys (the record's identity,
+        /// its indexed values and its fact row's PartitionKey) or include:FIELD,FIELD (keys
+        /// and those fields).
+        #[arg(long, default_value = "all")]
+        projection: String,
         /// Run the backfill with this many workers here and wait for it (0: only log the
         /// change; workers elsewhere run the job).
         #[arg(long, default_value_t = 4)]
@@ -49,7 +54,10 @@ pub async fn run(catalog: Arc<Catalog>, action: IndexAction) -> Result<ExitCode>
             }
             return Ok(ExitCode::SUCCESS);
         }
-        IndexAction::Add { field, parallel } => (indexes::add(&catalog, &field).await?, parallel),
+        IndexAction::Add { field, projection, parallel } => {
+            let projection = indexes::Projection::parse(&projection)?;
+            (indexes::add_projected(&catalog, &field, projection).await?, parallel)
+        }
         IndexAction::Drop { field, parallel } => (indexes::drop(&catalog, &field).await?, parallel),
     };
     eprintln!(

@@ -5,7 +5,7 @@
 //! |---|---|
 //! | `POST /api/records[?wait=true][&upsert=true]` | insert one record (body: JSON object); 202, or 201 when applied (`wait`) |
 //! | `PUT /api/records?field=value[&row_from=..&row_to=..][&wait=true]` | replace the matching records with the body; without a filter, upsert |
-//! | `GET /api/records?field=value[&field2=value2][&row_from&row_to][&limit&continuation][&consistent=true]` | `{records, continuation}`; `consistent`: every write acknowledged before the request is included (503 + `Retry-After` when a backlog is in the way); header `X-TableCatalog-Index` names the index read ([`INDEX_HEADER`]) |
+//! | `GET /api/records?field=value[&field2=value2][&row_from&row_to][&limit&continuation][&consistent=true][&fields=a,b]` | `{records, continuation}`; `consistent`: every write acknowledged before the request is included (503 + `Retry-After` when a backlog is in the way); `fields`: only these fields of each record (through a `keys`/`include` index, fields its rows hold, answered without reading the fact rows; 400 otherwise); header `X-TableCatalog-Index` names the index read ([`INDEX_HEADER`]) |
 //! | `DELETE /api/records?field=value[&row_from&row_to][&wait=true]` | delete the matching records; 202 `{id}` |
 //! | `POST /api/records/batch[?wait=true]` | upsert a JSON array or JSON lines; one result per input |
 //! | `GET /api/records/history?field=value[&limit&continuation]` | `{history: [{identity, op, wal_id, time, time_us, record}], continuation}`, newest first ([`crate::history`]); 404 when the catalog keeps no history |
@@ -47,8 +47,8 @@ use crate::query::Filter;
 use crate::record::Record;
 
 /// Query parameters that are not filter fields. `code` is the Functions key.
-const RESERVED: [&str; 9] =
-    ["wait", "limit", "continuation", "row_from", "row_to", "upsert", "consistent", "code", "allow_partial"];
+const RESERVED: [&str; 10] =
+    ["wait", "limit", "continuation", "row_from", "row_to", "upsert", "consistent", "code", "allow_partial", "fields"];
 
 /// The response header of `GET /api/records` naming the index the lookup read: a field, or
 /// a composite index such as `country+subd` (`crate::index_choice`).
@@ -105,6 +105,8 @@ struct Params {
     continuation: Option<String>,
     row_from: Option<String>,
     row_to: Option<String>,
+    /// `fields=a,b`: return only these fields ([`Filter::returning`]).
+    returning: Option<Vec<String>>,
 }
 
 fn flag(name: &str, v: &str) -> Result<bool, ApiError> {
@@ -128,6 +130,7 @@ fn params(raw: Option<String>) -> Result<Params, ApiError> {
             "continuation" => p.continuation = Some(v),
             "row_from" => p.row_from = Some(v),
             "row_to" => p.row_to = Some(v),
+            "fields" => p.returning = Some(v.split(',').map(|f| f.trim().to_string()).collect()),
             _ if RESERVED.contains(&k.as_str()) => {}
             _ => p.fields.push((k, v)),
         }
@@ -140,6 +143,7 @@ impl Params {
         Filter::new(self.fields.clone())
             .range(self.row_from.clone(), self.row_to.clone())
             .allow_partial(self.allow_partial)
+            .returning(self.returning.clone())
     }
 
     /// `limit`, or [`DEFAULT_LIMIT`] (the range, 1-1,000, is checked where it is used).

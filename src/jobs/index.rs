@@ -28,6 +28,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use futures::{StreamExt, TryStreamExt};
 use serde::{Deserialize, Serialize};
 
 pub use crate::job_core::index_params::partition_prefix;
@@ -46,6 +47,9 @@ use crate::scan::{self, Step};
 use crate::schema::IndexState;
 use crate::store::bulk_delete;
 use crate::wal::WalId;
+
+/// At most this many projected rows are refreshed at once by a backfill step.
+const REFRESHES: usize = 16;
 
 /// What one step of an index job counts, as stored. Backfill: `written` always; `rows`,
 /// `records`, `tombstones`, `unkeyable` once counted. Drop: `deleted` only.
@@ -88,7 +92,7 @@ impl IndexJob {
         applier.ensure_schema(p.version).await?;
         let schema = applier.schema();
         let mut c = IndexCounters::default();
-        let mut writes = Vec::new();
+        let (mut first, mut writes) = (Vec::new(), Vec::new());
         for e in &rows {
             add(&mut c.rows, 1);
             let meta = RowMeta::of(e);
@@ -107,11 +111,33 @@ impl IndexJob {
                 continue; // not the owner row: another row of the record handles it
             }
             add(&mut c.records, 1);
+            // The record's rows of other projected indexes hold every indexed value: written
+            // before this index was added, they lack its field, which a filter through them
+            // needs to find this index's row. Refreshed (same WAL id, newer schema version;
+            // only rows that exist, `crate::apply::refresh`) before this index's row, so no
+            // filter finds this index's row without its rows naming it.
+            for (index, pk) in keys.partitions.iter().filter(|(f, _)| *f != p.field) {
+                if !schema.projection_of(index).is_all() {
+                    let payload = schema.row_payload(index, &rec, &e.partition_key).into_owned();
+                    first.push((pk.clone(), keys.row_key.clone(), meta.wal_id.clone(), payload));
+                }
+            }
             if let Some((_, pk)) = keys.partitions.iter().find(|(f, _)| *f == p.field) {
-                writes.push((pk.clone(), keys.row_key.clone(), WalId::from_stored(meta.wal_id.clone()), rec));
+                // This row is the record's fact row: a projected index's row points to it.
+                let payload = schema.row_payload(&p.field, &rec, &e.partition_key).into_owned();
+                writes.push((pk.clone(), keys.row_key.clone(), WalId::from_stored(meta.wal_id.clone()), payload));
             }
         }
         let n = writes.len() as u64;
+        // Concurrently, at most REFRESHES at once, all before this index's rows.
+        let version = applier.schema().version();
+        // (Collected first, so that the stream holds the futures, not a closure over borrowed
+        // data, which keeps the step's future `Send`.)
+        let refreshes: Vec<_> = first
+            .iter()
+            .map(|(pk, rk, id, payload)| applier.refresh_row(pk, rk, id, payload, p.version, version))
+            .collect();
+        futures::stream::iter(refreshes).buffer_unordered(REFRESHES).try_collect::<Vec<()>>().await?;
         let rows =
             || writes.iter().map(|(pk, rk, id, rec)| (pk.clone(), rk.clone(), id, RowWrite::Live(rec))).collect();
         match applier.write_rows(rows(), applier.schema().version()).await {

@@ -231,9 +231,16 @@ fn judge(schema: &Schema, keys: &RecordKeys, slots: &[Slot]) -> (RecordCheck, Ve
         .filter(|s| s.row.is_none() && schema.state_of_partition(&s.pk) != Some(IndexState::Backfilling))
         .map(|s| finding(FindingKind::MissingRow { pk: s.pk.clone() }))
         .collect();
+    // A projected index's row holds the projection of the record (`crate::projection`),
+    // pointing to its fact row: the record's first identity row.
+    let fact_pk = keys.partitions.iter().find(|(f, _)| schema.identity_keys().contains(f)).map(|(_, pk)| pk.as_str());
+    let expected = |pk: &str| match keys.partitions.iter().find(|(_, p)| p == pk) {
+        Some((index, _)) => schema.row_payload(index, &newest_payload, fact_pk.unwrap_or_default()),
+        None => std::borrow::Cow::Borrowed(&newest_payload),
+    };
     for slot in &live {
         let Some((e, m)) = &slot.row else { continue };
-        if m.wal_id != newest_meta.wal_id || record::payload(e, m) != newest_payload {
+        if m.wal_id != newest_meta.wal_id || !fits(&record::payload(e, m), &expected(&slot.pk), &newest_payload) {
             findings.push(finding(FindingKind::Stale {
                 pk: slot.pk.clone(),
                 wal_id: m.wal_id.clone(),
@@ -243,6 +250,18 @@ fn judge(schema: &Schema, keys: &RecordKeys, slots: &[Slot]) -> (RecordCheck, Ve
     }
     let fix = if findings.is_empty() { None } else { upsert() };
     (RecordCheck { live: true, fix }, findings)
+}
+
+/// True when a row's payload `row` is what its index holds of the newest version `newest`,
+/// `expected`: equal; or, for a projected row (`crate::projection`), its fact partition the
+/// expected one and every other field it holds equal to the newest version's: a row written
+/// before an index was added lacks that index's field until the backfill rewrites it, and
+/// one written before an index was dropped keeps its field.
+fn fits(row: &Record, expected: &Record, newest: &Record) -> bool {
+    let fact = crate::projection::FACT_PARTITION;
+    row == expected
+        || (row.get(fact).is_some_and(|v| expected.get(fact) == Some(v))
+            && row.iter().all(|(k, v)| k == fact || newest.get(k) == Some(v)))
 }
 
 /// A filter that names exactly the identity `keys.row_key` and reads a partition where the

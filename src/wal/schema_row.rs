@@ -305,7 +305,13 @@ mod tests {
     #[test]
     fn a_changed_schema_is_stored_with_its_identity_and_earlier_releases_refuse_it() {
         use crate::schema::{AddedIndex, IndexState};
-        let added = vec![AddedIndex { field: "dept".into(), state: IndexState::Active, version: 1, job: None }];
+        let added = vec![AddedIndex {
+            field: "dept".into(),
+            state: IndexState::Active,
+            version: 1,
+            job: None,
+            projection: Default::default(),
+        }];
         let changed = plain().with_added(added, 1).unwrap();
         let e = row(&changed);
         let stored_keys = e.str("index_keys").unwrap();
@@ -334,7 +340,13 @@ mod tests {
     #[test]
     fn a_row_rewritten_by_an_earlier_release_is_healed_and_a_newer_format_is_refused() {
         use crate::schema::{AddedIndex, IndexState};
-        let added = vec![AddedIndex { field: "dept".into(), state: IndexState::Active, version: 1, job: None }];
+        let added = vec![AddedIndex {
+            field: "dept".into(),
+            state: IndexState::Active,
+            version: 1,
+            job: None,
+            projection: Default::default(),
+        }];
         let changed = plain().with_added(added, 1).unwrap();
         // What a release from before the marker writes: the maintained list, no format.
         let mut old = row(&changed);

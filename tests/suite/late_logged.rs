@@ -1611,6 +1611,7 @@ async fn schema_v1_without_its_entry(c: &Catalog) {
             state: IndexState::Backfilling,
             version: *version,
             job: None,
+            projection: Default::default(),
         });
         Ok(true)
     })

@@ -40,6 +40,8 @@ mod module_graph;
 mod multi_process_kill;
 mod non_unique;
 mod package;
+mod projection_cost;
+mod projections;
 mod python_compat;
 mod range_pruning;
 mod read_your_writes;

@@ -17,6 +17,10 @@
 //! polls `indexes::list` and keeps, per field, when each state could have been observed
 //! ([`Epoch`]).
 //!
+//! **Projections** (issue 31, [`projection`]): `country` is added `keys` (its lookups follow
+//! each row to the record's fact row), `subd` `include:tz`, `tz` whole (`all`); so the
+//! chaos and lookup checks run against a keys-projected index.
+//!
 //! **The reader** ([`read_indexes`]) looks records up by a random added field and value,
 //! through a random client instance: a plain lookup, one with `allow_partial`, or a
 //! consistent one (`query_consistent`). Each answer must be allowed by the state the index
@@ -77,6 +81,15 @@ pub const FIELDS: [(&str, &[&str]); 3] = [
     ("tz", &["UTC", "Europe/Paris", "America/Chicago"]),
     ("subd", &["Texas", "Ontario", ""]),
 ];
+
+/// The projection the operator adds `field` with (see the module docs).
+pub fn projection(field: &str) -> indexes::Projection {
+    match field {
+        "country" => indexes::Projection::Keys,
+        "subd" => indexes::Projection::Include(vec!["tz".into()]),
+        _ => indexes::Projection::All,
+    }
+}
 
 /// How much older than the lookup the schema copy it answers from may be: the lookup
 /// re-reads a copy older than [`indexes::LOOKUP_SCHEMA_AGE`], plus 1 s for the read itself.
@@ -452,15 +465,17 @@ pub async fn operate(
                 steps: 0,
             };
             timeline.epochs.lock().unwrap().entry(field.to_string()).or_default().push(epoch);
-            let change =
-                indexes::add(&c, field).await.unwrap_or_else(|e| panic!("seed {seed}: index add {field}: {e}"));
+            let change = indexes::add_projected(&c, field, projection(field))
+                .await
+                .unwrap_or_else(|e| panic!("seed {seed}: index add {field}: {e}"));
             assert_eq!(change.index.state, IndexState::Backfilling, "seed {seed}: add {field}");
             let ended = Instant::now();
             timeline.epochs.lock().unwrap().get_mut(field).unwrap().last_mut().unwrap().added_ended = ended;
             out.adds += 1;
             eprintln!(
-                "checker seed {seed}: index change {}: add {field} (due {due}, {} done)",
+                "checker seed {seed}: index change {}: add {field} ({}; due {due}, {} done)",
                 k + 1,
+                projection(field),
                 done.lock().unwrap().len()
             );
         }
