@@ -302,8 +302,11 @@ async fn resolve_facts(
             return Ok::<_, Error>(Some(f));
         };
         // `returning` fields the rows hold (checked by the caller): the row answers, unless
-        // it lacks a filtered field (written before that index was added).
-        if from_rows && filter.matches(schema, &f.record) {
+        // it lacks a filtered or a returned field (written before that index was added and
+        // not yet refreshed by its backfill, or a field the record does not have: its fact
+        // row says which).
+        let holds_returned = |r: &Record| filter.returning.iter().flatten().all(|name| r.contains_key(name.as_str()));
+        if from_rows && filter.matches(schema, &f.record) && holds_returned(&f.record) {
             return Ok(Some(f));
         }
         let row = store.get(table, fact_pk, &f.row_key).await?;
