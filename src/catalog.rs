@@ -885,9 +885,11 @@ impl Catalog {
     /// Pending entries, oldest pending age, checkpoint, poison and dead counts, and the
     /// request counts when the catalog has them.
     pub async fn status(&self) -> Result<Status> {
-        if self.single.is_some() {
+        if let Some(sp) = &self.single {
             // No WAL, no queue: nothing pending, nothing dead, no checkpoint.
             return Ok(Status {
+                mode: "single-partition",
+                tenant: Some(sp.tenant().to_string()),
                 pending: 0,
                 pending_capped: false,
                 oldest_pending_age_ms: None,
@@ -901,6 +903,8 @@ impl Catalog {
         let backlog = self.wal().backlog().await?;
         let checkpoints = futures::future::try_join_all(backlog.iter().map(|b| self.wal().checkpoint(b.shard))).await?;
         Ok(Status {
+            mode: "wal",
+            tenant: None,
             pending: backlog.iter().map(|b| b.pending).sum(),
             pending_capped: backlog.iter().any(|b| b.capped),
             oldest_pending_age_ms: crate::wal::oldest_of(&backlog).as_ref().and_then(age_ms),

@@ -25,6 +25,13 @@ pub struct ShardStatus {
 /// Health of the WAL and the queues.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Status {
+    /// The catalog's mode, chosen at creation: `wal` or `single-partition`
+    /// (`crate::Mode`; README, "Choosing a mode").
+    pub mode: &'static str,
+    /// Single-partition mode: the tenant key, the PartitionKey of every row. Omitted in WAL
+    /// mode.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tenant: Option<String>,
     /// WAL entries not yet applied, over every shard; a lower bound when `pending_capped`.
     pub pending: u64,
     /// Some shard's backlog reached the count cap (`crate::wal::COUNT_CAP` entries, counted

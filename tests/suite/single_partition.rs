@@ -357,7 +357,8 @@ common::backend_tests! {
     /// The same HTTP app in single-partition mode: writes answer 201 applied (the write was
     /// committed), lookups by each identifier, `consistent=true`, replace, delete, export;
     /// history, jobs, index changes and the WAL's routes answer 409
-    /// `not_supported_in_single_partition_mode`; status shows nothing pending.
+    /// `not_supported_in_single_partition_mode`; status shows the mode, the tenant and nothing
+    /// pending.
     #[tokio::test]
     async fn http_round_trip_and_the_unsupported_routes(backend) {
         let c = open(common::store(backend), common::airports_schema()).await;
@@ -388,6 +389,8 @@ common::backend_tests! {
         assert_eq!(body, moved, "one record, one JSON line");
         let (s, body) = call(&app, "GET", "/api/status", None, Body::empty()).await;
         assert_eq!((s, body["pending"].as_u64()), (StatusCode::OK, Some(0)));
+        assert_eq!(body["mode"], "single-partition", "status says the mode: {body}");
+        assert!(body["tenant"].as_str().is_some_and(|t| !t.is_empty()), "and the tenant: {body}");
         let (s, body) = call(&app, "GET", "/api/indexes", None, Body::empty()).await;
         assert_eq!((s, body["indexes"].as_array().map(Vec::len)), (StatusCode::OK, Some(3)));
         for (method, uri, payload) in [
