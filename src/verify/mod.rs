@@ -130,7 +130,35 @@ pub async fn scan_all(store: &dyn TableStore, table: &str) -> Result<Vec<Entity>
     Ok(pager::scan_entities(store, table, MAX_PAGE).try_collect().await?)
 }
 
-/// Live records of the table, one per identity (RowKey), for comparing with a model.
+/// Live records of the table, one per identity (RowKey), for comparing with a model. Rows
+/// of projected indexes (`crate::projection`) hold part of a record and are skipped: every
+/// record has whole rows (its fact row at least). Found by the randomized checker on
+/// Azurite (seed 67): a `keys` row read after the record's whole rows gave its final state.
 pub fn live_records(rows: &[Entity]) -> BTreeMap<String, Record> {
-    rows.iter().filter_map(|e| record::from_entity(e).map(|r| (e.row_key.clone(), r))).collect()
+    rows.iter()
+        .filter(|e| !e.properties.contains_key(crate::projection::FACT_PARTITION))
+        .filter_map(|e| record::from_entity(e).map(|r| (e.row_key.clone(), r)))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::Value;
+
+    /// A projected row sorted after the record's whole row does not stand for the record.
+    #[test]
+    fn live_records_skips_projected_rows_that_hold_part_of_a_record() {
+        let whole = Entity::new("4_icaokaaa", "kaaa:1")
+            .with("_tc", Value::String(r#"{"w":"a"}"#.into()))
+            .with("icao", Value::String("KAAA".into()))
+            .with("elevation", Value::Int32(7));
+        let projected = Entity::new("7_countryus", "kaaa:1")
+            .with("_tc", Value::String(r#"{"w":"a"}"#.into()))
+            .with("icao", Value::String("KAAA".into()))
+            .with(crate::projection::FACT_PARTITION, Value::String("4_icaokaaa".into()));
+        let live = live_records(&[whole, projected]);
+        assert_eq!(live.len(), 1);
+        assert_eq!(live["kaaa:1"].get("elevation"), Some(&serde_json::json!(7)));
+    }
 }
