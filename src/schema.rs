@@ -206,6 +206,14 @@ impl Schema {
         &self.identity
     }
 
+    /// The PartitionKey of the record's **owner row** (its first identity field with a
+    /// value, the same partition for every version of the identity), among its `keys`; also
+    /// its fact row, which projected rows point to (`crate::projection`). `None` when the
+    /// record has no identity value.
+    pub(crate) fn owner_partition<'k>(&self, keys: &'k RecordKeys) -> Option<&'k String> {
+        keys.partitions.iter().find(|(f, _)| self.identity.contains(f)).map(|(_, pk)| pk)
+    }
+
     /// The maintained indexes added after creation (backfilling or active; not dropping),
     /// in `index_keys` order: the fields of `index_keys` after the identity fields.
     pub fn added_keys(&self) -> &[String] {

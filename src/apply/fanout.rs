@@ -106,8 +106,7 @@ impl Applier {
     ) -> Result<()> {
         let Some(&(id, record)) = versions.last() else { return Ok(()) };
         let keys = schema.record_keys(record)?;
-        let identity = schema.identity_keys();
-        let Some(owner) = keys.partitions.iter().find(|(f, _)| identity.contains(f)).map(|(_, pk)| pk.clone()) else {
+        let Some(owner) = schema.owner_partition(&keys).cloned() else {
             return Err(Error::invalid("record has no value for any identity field"));
         };
         let table = &self.catalog_table;
@@ -200,7 +199,7 @@ impl Applier {
         // since the newer entry, though of the same identity, may not have written its row
         // there yet (owner row first), and a filter between the two ids then found no row
         // at all (simulator seed 2882 with random short pages, on `iata`).
-        let owner = keys.partitions.iter().find(|(f, _)| schema.identity_keys().contains(f)).map(|(_, pk)| pk);
+        let owner = schema.owner_partition(keys);
         let shadows: Vec<(String, String)> = keys
             .partitions
             .iter()

@@ -92,7 +92,7 @@ impl IndexJob {
         applier.ensure_schema(p.version).await?;
         let schema = applier.schema();
         let mut c = IndexCounters::default();
-        let (mut first, mut writes) = (Vec::new(), Vec::new());
+        let (mut refresh, mut writes) = (Vec::new(), Vec::new());
         for e in &rows {
             add(&mut c.rows, 1);
             let meta = RowMeta::of(e);
@@ -105,9 +105,7 @@ impl IndexJob {
                 add(&mut c.unkeyable, 1);
                 continue;
             };
-            let identity = schema.identity_keys();
-            let owner = keys.partitions.iter().find(|(f, _)| identity.contains(f));
-            if keys.row_key != e.row_key || owner.map(|(_, pk)| pk) != Some(&e.partition_key) {
+            if keys.row_key != e.row_key || schema.owner_partition(&keys) != Some(&e.partition_key) {
                 continue; // not the owner row: another row of the record handles it
             }
             add(&mut c.records, 1);
@@ -119,7 +117,7 @@ impl IndexJob {
             for (index, pk) in keys.partitions.iter().filter(|(f, _)| *f != p.field) {
                 if !schema.projection_of(index).is_all() {
                     let payload = schema.row_payload(index, &rec, &e.partition_key).into_owned();
-                    first.push((pk.clone(), keys.row_key.clone(), meta.wal_id.clone(), payload));
+                    refresh.push((pk.clone(), keys.row_key.clone(), meta.wal_id.clone(), payload));
                 }
             }
             if let Some((_, pk)) = keys.partitions.iter().find(|(f, _)| *f == p.field) {
@@ -133,7 +131,7 @@ impl IndexJob {
         let version = applier.schema().version();
         // (Collected first, so that the stream holds the futures, not a closure over borrowed
         // data, which keeps the step's future `Send`.)
-        let refreshes: Vec<_> = first
+        let refreshes: Vec<_> = refresh
             .iter()
             .map(|(pk, rk, id, payload)| applier.refresh_row(pk, rk, id, payload, p.version, version))
             .collect();

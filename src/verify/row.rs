@@ -233,7 +233,7 @@ fn judge(schema: &Schema, keys: &RecordKeys, slots: &[Slot]) -> (RecordCheck, Ve
         .collect();
     // A projected index's row holds the projection of the record (`crate::projection`),
     // pointing to its fact row: the record's first identity row.
-    let fact_pk = keys.partitions.iter().find(|(f, _)| schema.identity_keys().contains(f)).map(|(_, pk)| pk.as_str());
+    let fact_pk = schema.owner_partition(keys).map(String::as_str);
     let expected = |pk: &str| match keys.partitions.iter().find(|(_, p)| p == pk) {
         Some((index, _)) => schema.row_payload(index, &newest_payload, fact_pk.unwrap_or_default()),
         None => std::borrow::Cow::Borrowed(&newest_payload),

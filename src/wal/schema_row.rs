@@ -302,17 +302,22 @@ mod tests {
         check(&e, &hashed(KEY, &["ssn"]), "t").unwrap();
     }
 
-    #[test]
-    fn a_changed_schema_is_stored_with_its_identity_and_earlier_releases_refuse_it() {
+    /// `plain()` with `dept` added online (active, version 1).
+    fn with_dept() -> Schema {
         use crate::schema::{AddedIndex, IndexState};
-        let added = vec![AddedIndex {
+        let dept = AddedIndex {
             field: "dept".into(),
             state: IndexState::Active,
             version: 1,
             job: None,
             projection: Default::default(),
-        }];
-        let changed = plain().with_added(added, 1).unwrap();
+        };
+        plain().with_added(vec![dept], 1).unwrap()
+    }
+
+    #[test]
+    fn a_changed_schema_is_stored_with_its_identity_and_earlier_releases_refuse_it() {
+        let changed = with_dept();
         let e = row(&changed);
         let stored_keys = e.str("index_keys").unwrap();
         assert_eq!(stored_keys, format!("eid,ssn,dept,{CHANGED_MARKER}"), "what an earlier release reads");
@@ -339,15 +344,7 @@ mod tests {
 
     #[test]
     fn a_row_rewritten_by_an_earlier_release_is_healed_and_a_newer_format_is_refused() {
-        use crate::schema::{AddedIndex, IndexState};
-        let added = vec![AddedIndex {
-            field: "dept".into(),
-            state: IndexState::Active,
-            version: 1,
-            job: None,
-            projection: Default::default(),
-        }];
-        let changed = plain().with_added(added, 1).unwrap();
+        let changed = with_dept();
         // What a release from before the marker writes: the maintained list, no format.
         let mut old = row(&changed);
         old.properties.insert("index_keys".into(), Value::String("eid,ssn,dept".into()));

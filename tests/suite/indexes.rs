@@ -384,15 +384,25 @@ async fn moved_to_ca(c: &Catalog, label: &str) {
 /// A fresh catalog with an active index `country` added online (no records yet).
 pub(crate) async fn with_active_country(backend: Backend, label: &str) -> Arc<Catalog> {
     let c = common::catalog_with(backend, common::airports_schema(), opts()).await;
+    change_index(&c, indexes::add(&c, "country"), "country", Some(IndexState::Active), label).await;
+    c
+}
+
+/// Makes an index change through `c` (`change`: an `indexes::add`, `add_projected` or
+/// `drop` of `field`) with a scan worker of `c` running its job, applies the change's entry,
+/// and waits until `field` is in state `want` (`None`: no longer an index).
+pub(crate) async fn change_index<F>(c: &Arc<Catalog>, change: F, field: &str, want: Option<IndexState>, label: &str)
+where
+    F: std::future::Future<Output = table_catalog::Result<indexes::IndexChange>>,
+{
     let (worker_stop, worker_rx) = tokio::sync::watch::channel(false);
     let opts = ServeOptions { scan_workers: 2, ..ServeOptions::default() };
     let scan = tokio::spawn(table_catalog::server::run_scan_worker(c.clone(), opts, worker_rx));
-    indexes::add(&c, "country").await.unwrap();
+    change.await.unwrap();
     c.recover().await.unwrap();
-    wait_state(&c, "country", Some(IndexState::Active), label).await;
+    wait_state(c, field, want, label).await;
     worker_stop.send_replace(true);
     scan.await.unwrap();
-    c
 }
 
 common::backend_tests! {
@@ -549,14 +559,7 @@ common::backend_tests! {
         assert_eq!(found.records.len(), 1, "{label}");
         // Another process drops the index, and its job removes every row of it.
         let other = second(&c).await;
-        let (worker_stop, worker_rx) = tokio::sync::watch::channel(false);
-        let workers = ServeOptions { scan_workers: 2, ..ServeOptions::default() };
-        let scan = tokio::spawn(table_catalog::server::run_scan_worker(other.clone(), workers, worker_rx));
-        indexes::drop(&other, "country").await.unwrap();
-        other.recover().await.unwrap();
-        wait_state(&other, "country", None, &label).await;
-        worker_stop.send_replace(true);
-        scan.await.unwrap();
+        change_index(&other, indexes::drop(&other, "country"), "country", None, &label).await;
         // This process's schema copy may still show `country` active: no answer from it.
         match c.query_consistent(&us, 10, None).await {
             Err(Error::Invalid(m)) => assert!(m.contains("country"), "{label}: {m}"),

@@ -12,12 +12,11 @@ use table_catalog::catalog::Catalog;
 use table_catalog::indexes::{self, Projection};
 use table_catalog::query::Filter;
 use table_catalog::record::Record;
-use table_catalog::server::ServeOptions;
 use table_catalog::testing::schema::IndexState;
 use table_catalog::Error;
 
 use crate::common::{self, Backend};
-use crate::indexes::{airports, opts, verify_clean, wait_state};
+use crate::indexes::{airports, change_index, opts, verify_clean};
 
 /// POST /api/indexes with `body`: (status, body).
 async fn post(app: &axum::Router, body: serde_json::Value) -> (u16, serde_json::Value) {
@@ -122,14 +121,7 @@ common::backend_tests! {
         let all = airports(n);
         let (early, late) = all.split_at(n / 2);
         c.upsert_many(early.to_vec(), true).await.unwrap();
-        let (worker_stop, worker_rx) = tokio::sync::watch::channel(false);
-        let workers = ServeOptions { scan_workers: 2, ..ServeOptions::default() };
-        let scan = tokio::spawn(table_catalog::server::run_scan_worker(c.clone(), workers, worker_rx));
-        indexes::add_projected(&c, "country", Projection::Keys).await.unwrap();
-        c.recover().await.unwrap();
-        wait_state(&c, "country", Some(IndexState::Active), &label).await;
-        worker_stop.send_replace(true);
-        scan.await.unwrap();
+        add_active(&c, "country", Projection::Keys, &label).await;
         c.upsert_many(late.to_vec(), true).await.unwrap();
 
         // Every country row (backfilled and fanned out) is projected.
@@ -208,14 +200,8 @@ common::backend_tests! {
 
 /// Adds `field` with `projection` and waits until it is active (its backfill run here).
 async fn add_active(c: &Arc<Catalog>, field: &str, projection: Projection, label: &str) {
-    let (worker_stop, worker_rx) = tokio::sync::watch::channel(false);
-    let workers = ServeOptions { scan_workers: 2, ..ServeOptions::default() };
-    let scan = tokio::spawn(table_catalog::server::run_scan_worker(c.clone(), workers, worker_rx));
-    indexes::add_projected(c, field, projection).await.unwrap();
-    c.recover().await.unwrap();
-    wait_state(c, field, Some(IndexState::Active), label).await;
-    worker_stop.send_replace(true);
-    scan.await.unwrap();
+    let add = indexes::add_projected(c, field, projection);
+    change_index(c, add, field, Some(IndexState::Active), label).await;
 }
 
 common::backend_tests! {
@@ -295,14 +281,7 @@ common::backend_tests! {
         assert!(mx.records.iter().any(|f| f.row_key == rk && f.record == late), "{label}: {mx:?}");
 
         // The online drop removes the projected rows; the catalog stays clean.
-        let (worker_stop, worker_rx) = tokio::sync::watch::channel(false);
-        let workers = ServeOptions { scan_workers: 2, ..ServeOptions::default() };
-        let scan = tokio::spawn(table_catalog::server::run_scan_worker(c.clone(), workers, worker_rx));
-        indexes::drop(&c, "country").await.unwrap();
-        c.recover().await.unwrap();
-        wait_state(&c, "country", None, &label).await;
-        worker_stop.send_replace(true);
-        scan.await.unwrap();
+        change_index(&c, indexes::drop(&c, "country"), "country", None, &label).await;
         let range = table_catalog::store::PartitionRange {
             after: Some("7_country".into()),
             before: None,
