@@ -347,25 +347,12 @@ impl Catalog {
 
     /// Validates a filter of a write under `schema` (every field an active index: a write
     /// resolves its filter against the index, which must be complete); returns it as it is
-    /// logged, hashed fields' values in redacted form ([`Schema::blind_filter`]).
+    /// logged, hashed fields' values in redacted form ([`Schema::blind_filter`]). Any active
+    /// index field may be named, also through a projected index: a projected row that
+    /// lacks a filtered field is decided by its fact row when the entry is applied
+    /// (`crate::apply`, docs/ARCHITECTURE.md, "Projections").
     fn check_filter(&self, schema: &Schema, filter: Filter) -> Result<Filter> {
         filter.clone().allow_partial(false).validate(schema)?;
-        // A projected index's rows written before an index was added lack that index's
-        // field, and the apply decides a filter on the rows it reads: until it reads the
-        // fact row for them (docs/ARCHITECTURE.md, "Projections"), a write filter through a
-        // projected index names only that index's fields and identity fields.
-        let (index, _) = filter.index_read(schema)?;
-        let projection = schema.projection_of(&index);
-        if !projection.is_all() {
-            let own = crate::composite::fields_of(&index);
-            if let Some((field, _)) =
-                filter.fields.iter().find(|(f, _)| !own.contains(&f.as_str()) && !schema.identity_keys().contains(f))
-            {
-                return Err(Error::invalid(format!(
-                    "filter: '{field}' cannot be matched through index '{index}' (projection {projection}) by a delete or replace yet; filter by '{index}' alone, or by an identity field"
-                )));
-            }
-        }
         Ok(schema.blind_filter(filter.allow_partial(false)))
     }
 

@@ -73,6 +73,6 @@ impl Applier {
             }
         }
         let latest: Vec<Entity> = best.into_values().collect();
-        Ok(self.matches(filter, id, &latest))
+        self.matches(filter, id, &latest).await
     }
 }

@@ -170,7 +170,7 @@ impl Applier {
                     }
                 }
                 tracing::debug!(wal_id = %entry.id, rows = page.entities.len(), partition = %pk, "filter page");
-                let found = self.matches(filter, entry.effective(), &page.entities);
+                let found = self.matches(filter, entry.effective(), &page.entities).await?;
                 handled.extend(found.iter().map(|m| m.row_key().to_string()));
                 self.remove_matched(&target, found).await?;
                 if let Some(last) = page.entities.last() {
@@ -337,8 +337,11 @@ impl Applier {
     /// entry `id`: live matching rows, plus rows this same entry already turned into
     /// tombstones (a re-application after a crash), plus rows a later entry wrote that do
     /// not match (see [`Match::LaterUnmatched`]).
-    pub(super) fn matches(&self, filter: &Filter, id: &WalId, entities: &[Entity]) -> Vec<Match> {
+    /// A projected row whose payload lacks a filtered field is decided by its record's fact
+    /// row (`super::fact`): one point read per such row.
+    pub(super) async fn matches(&self, filter: &Filter, id: &WalId, entities: &[Entity]) -> Result<Vec<Match>> {
         let mut out = Vec::new();
+        let mut undecided = Vec::new();
         for e in entities {
             let meta = RowMeta::of(e);
             if !filter.admits_row_key(&e.row_key) {
@@ -352,6 +355,30 @@ impl Applier {
             }
             let rec = record::payload(e, &meta);
             let later = meta.wal_id.as_str() > id.as_str();
+            if let Some(fact) = super::fact::undecidable(filter, &rec) {
+                if meta.deleted {
+                    // This entry's own tombstone: it decided the record matched.
+                    out.push(Match::Live {
+                        partition: e.partition_key.clone(),
+                        row_key: e.row_key.clone(),
+                        record: rec,
+                        later,
+                        wal_id: meta.wal_id.clone(),
+                    });
+                } else if later {
+                    // Whether the version before this entry matched: the history's to say.
+                    if self.history.is_some() {
+                        out.push(Match::LaterUnmatched { row_key: e.row_key.clone() });
+                    }
+                } else {
+                    undecided.push(super::fact::Undecided {
+                        partition: e.partition_key.clone(),
+                        row_key: e.row_key.clone(),
+                        fact,
+                    });
+                }
+                continue;
+            }
             if filter.matches(&self.schema(), &rec) {
                 out.push(Match::Live {
                     partition: e.partition_key.clone(),
@@ -367,7 +394,8 @@ impl Applier {
                 out.push(Match::LaterUnmatched { row_key: e.row_key.clone() });
             }
         }
-        out
+        out.extend(self.decide_by_fact_rows(filter, id, undecided).await?);
+        Ok(out)
     }
 
     /// Records the tombstones entry `id` is about to write, so the sweeper can find them.
