@@ -13,7 +13,6 @@ use table_catalog::indexes::{self, Projection};
 use table_catalog::query::Filter;
 use table_catalog::record::Record;
 use table_catalog::testing::schema::IndexState;
-use table_catalog::Error;
 
 use crate::common::{self, Backend};
 use crate::indexes::{airports, change_index, opts, verify_clean};
