@@ -21,8 +21,9 @@
 //! **When a filter entry is applied** (delete, replace), with the schema as stored (the
 //! states as they are, not as `Schema::with_dropping_maintained` rewrites them):
 //! 1. an exact composite index only while it is *active* (complete);
-//! 2. else the first field whose single-field index is complete: active, or dropping (its
-//!    rows stay exact until its job removes them), never backfilling; else, when every
+//! 2. else the first field whose single-field index is active; else the first whose index
+//!    is dropping (its rows stay exact until its job removes them); never a backfilling
+//!    one; else, when every
 //!    field is a maintained single-field index (a backfilling state can be this process's
 //!    stale copy), the first field's;
 //! 3. else an exact composite index that is dropping or backfilling: the filter could only
@@ -38,7 +39,13 @@
 //! Nor is a backfilling single-field index read when a complete one serves: an entry
 //! validated through `country+iata` while it was active, applied after its drop was logged
 //! and `country` was added (still backfilling), read `country`'s incomplete partition and
-//! lost the delete (simulator, seed 226); it reads `iata` instead.
+//! lost the delete (simulator, seed 226); it reads `iata` instead. And an active field is
+//! preferred to a dropping one: an entry validated through `country+iata` while it was
+//! active can be logged just after the drop of `country`; applied once the composite was
+//! dropping too, it read `country`'s partition, which the drop's job had already emptied,
+//! and lost the delete (simulator, seed 2455). A dropping index is read only for an entry
+//! that no active index serves: one validated through it, so logged before its drop, whose
+//! job starts only after every earlier entry of shard 0 was applied.
 
 use std::collections::BTreeSet;
 
@@ -95,13 +102,20 @@ impl Filter {
             Purpose::Apply => schema.is_index(f) || schema.index_state(f) == Some(IndexState::Dropping),
         };
         if purpose == Purpose::Apply {
-            // The first field whose index is complete (active or dropping): a backfilling one
-            // lacks older records' rows. An entry validated through a composite index since
-            // dropped may be applied after another index on one of its fields was added, and
-            // that index is still backfilling (simulator seed 226).
-            let complete = |f: &str| matches!(schema.index_state(f), Some(IndexState::Active | IndexState::Dropping));
-            if let Some((f, _)) = self.fields.iter().find(|(f, _)| complete(f)) {
-                return Some(f.clone());
+            // The first field whose index is complete: active, else dropping. A backfilling
+            // one lacks older records' rows: an entry validated through a composite index
+            // since dropped may be applied after another index on one of its fields was
+            // added, and that index is still backfilling (simulator seed 226). A dropping one
+            // is complete only while its job has not run, which holds for an entry logged
+            // before the drop (validated through it); an entry logged after the drop was
+            // validated through another index (an active composite one), and the drop's job
+            // may have emptied the dropping index's partitions before it is applied: an
+            // active index serves it then (simulator seed 2455: a lost acknowledged delete).
+            let state = |f: &str| schema.index_state(f);
+            for complete in [IndexState::Active, IndexState::Dropping] {
+                if let Some((f, _)) = self.fields.iter().find(|(f, _)| state(f) == Some(complete)) {
+                    return Some(f.clone());
+                }
             }
         }
         if self.fields.iter().all(|(f, _)| single(f)) {
@@ -298,6 +312,19 @@ mod tests {
         let f = filter(&[("country", "US"), ("iata", "AAA")]);
         let s = schema(&[("country+iata", IndexState::Dropping), ("country", IndexState::Backfilling)]);
         assert_eq!(f.choose_index(&s, Purpose::Apply).as_deref(), Some("iata"));
+    }
+
+    #[test]
+    fn an_applied_filter_prefers_an_active_index_to_one_whose_drop_may_have_emptied_it() {
+        // Simulator seed 2455: `country=US&iata=BBB` validated through `country+iata` while
+        // active, logged just after the drop of `country`; applied once `country+iata` was
+        // dropping too, it read `country`'s partition, which the drop's job had emptied.
+        let f = filter(&[("country", "US"), ("iata", "BBB")]);
+        let s = schema(&[("country", IndexState::Dropping), ("country+iata", IndexState::Dropping)]);
+        assert_eq!(f.choose_index(&s, Purpose::Apply).as_deref(), Some("iata"));
+        // Only a dropping index serves (an entry logged before its drop): it is read.
+        let alone = filter(&[("country", "US")]);
+        assert_eq!(alone.choose_index(&s, Purpose::Apply).as_deref(), Some("country"));
     }
 
     #[test]
