@@ -1,57 +1,54 @@
-//! WAL id allocation without a single-row sequencer, at a cost that does not grow with the
-//! number of processes.
+//! WAL id allocation without a single-row sequencer of ids: one row holds the high-water mark,
+//! read with one point read and raised with one conditional write per append round.
 //!
 //! The order invariant: an operation acknowledged before another one is issued gets the
 //! smaller WAL id, across processes and whatever their clocks say.
 //!
-//! Each process publishes the highest id timestamp it has handed out as a row of the WAL
-//! table's partition [`CLOCK`] whose RowKey is that timestamp inverted ([`row_key`]:
-//! `{i64::MAX - last:019}-{owner}`), so the partition's first row holds the largest
-//! timestamp anybody published. Rows are keyed by value and owner, so publishing never
-//! conflicts. Allocating ids is one round:
-//! 1. read the first row of [`CLOCK`] (one query, `$top=1`, one entity whatever the number
-//!    of processes): the high-water mark `h`. The answer must come in one response
-//!    (`store::pager::head`): a first page cut short is read again from the start, not followed,
-//!    because the row it would resume at may be replaced meanwhile by one sorting before it;
+//! The row [`HIGH_ROW`] of the WAL table's partition [`CLOCK`] holds `last`, the largest id
+//! timestamp any process published, and the catalog's schema version (below). Allocating ids
+//! is one round:
+//! 1. read the high row (one point read, one entity whatever the number of processes): the
+//!    high-water mark `h` and the row's ETag;
 //! 2. hand out timestamps from `max(now + skew, h + 1, own last + 1)` on, one microsecond
 //!    apart;
-//! 3. publish the new `last`: one entity group transaction that upserts the new row and
-//!    deletes this process's previous one (so the partition holds about one row per live
-//!    process). The caller writes its WAL entries at the same time and acknowledges only when
-//!    both are done.
+//! 3. publish the new `last`: replace the high row conditional on the ETag read (Azure's
+//!    optimistic concurrency, `If-Match`), keeping its other properties. On 412 (another
+//!    process raised it meanwhile) the row is read again: when it already holds `last` or
+//!    more, the publication is done (someone published a larger value, durably); else the
+//!    replace is tried again on the new ETag. The caller writes its WAL entries at the same
+//!    time and acknowledges only when both are done.
 //!
-//! Why the order holds: write A is acknowledged only after its process published a row with
-//! `last` at or above A's id. Write B, issued after that acknowledgement, reads the
-//! partition after the publication completed (the Table service is strongly consistent, and
-//! a query returns a partition's rows in RowKey order), so its first row holds `h >= id(A)`
-//! and every id of B is larger. A row is only ever deleted when a row with a larger `last`
-//! exists (its owner's next row, in the same transaction, or any larger row for
-//! [`Clock::prune`]), so the first row never goes back. Within a process, `own last + 1`
-//! keeps ids increasing even when two rounds overlap.
+//! Why the order holds: write A is acknowledged only after the high row durably held a
+//! `last` at or above A's id (its own replace succeeded, or a read after a 412 saw a value at
+//! or above it). Write B, issued after that acknowledgement, reads the row after that (the
+//! Table service is strongly consistent), so `h >= id(A)` and every id of B is larger. The
+//! row's `last` never goes back: every write of it is conditional on the ETag of a read that
+//! showed a smaller value, and writes the larger one (a replace whose ETag is stale fails).
+//! Within a process, `own last + 1` keeps ids increasing even when two rounds overlap.
 //!
-//! Cost: per round one query returning one entity and one transaction of two entities, on a
-//! partition of its own, whatever the number of ids and processes; rounds of one process are
-//! coalesced by [`super::append`] (group commit). The previous design (a row per process in
-//! `metadata`, every row read by every round) read N entities per round with N processes,
-//! and at 8 instances the reads alone held the `metadata` partition at Azure's 2,000
-//! entities/s target (docs/BENCHMARKS.md, "WAL shards on simulated Azure").
+//! Cost: per round one point read and one conditional replace, one entity each, on a
+//! partition of its own, whatever the number of ids; rounds of one process are coalesced by
+//! [`super::append`] (group commit), and a process reuses the ETag its last read or write
+//! returned, so a process alone pays exactly those two requests. With several processes a
+//! replace can meet 412: one more read, and a retry only when the other process published a
+//! smaller value. The previous design (one row per process, keyed by the inverted timestamp,
+//! so that the partition's first row held the maximum) needed a query for the read (Azure's
+//! query latency, about 30 ms median on the simulated account against 5 ms for a point
+//! read) and an entity group transaction of two entities for the publication.
 //!
-//! Catalogs from before this design keep their clock rows in `metadata` (RowKeys `clock-*`,
-//! among them `clock-wal` of the first design). A process reads them once, before its first
-//! round, as a floor, so ids keep increasing across the upgrade; the sweeper deletes them
-//! once [`CLOCK`] holds a larger `last`. (A process of an old version still running reads
-//! only those rows: stop old processes before new ones write, which a deployment does.)
-//!
-//! **The schema version** ([`crate::indexes`]) rides on the same read: the row
-//! [`SCHEMA_ROW`] (`!schema`, which sorts before every timestamp row) holds the catalog's
-//! schema version, raised by each index change. A round reads the partition's first two
-//! rows (still one query): the schema version and the high-water mark. A writer that
+//! **The schema version** ([`crate::indexes`]) rides on the same read: the high row's
+//! `version` holds the catalog's schema version, raised by each index change
+//! ([`Clock::raise_schema_version`], conditional like a publication). A writer that
 //! validated its operations under an older version learns it there, before it writes
 //! anything ([`super::append`]).
 //!
-//! Rows of processes that are gone stay until the sweeper prunes them ([`Clock::prune`]): a
-//! row is removed when it was last published more than [`STALE_AFTER`] ago and is not the
-//! first row.
+//! **Catalogs from before the high row** keep their clock rows in this partition (one per
+//! process, RowKey [`row_key`], and the schema version in [`SCHEMA_ROW`]) and, older still, in
+//! `metadata` (RowKeys `clock-*`). The first read that finds no high row creates it from
+//! those (their largest `last`, the stored schema version; an insert, so two processes doing
+//! it at once agree); the sweeper then deletes them ([`Clock::prune`]). A process of an
+//! older version still running reads only those rows: stop old processes before new ones
+//! write, which a deployment does.
 
 use std::time::Duration;
 
@@ -60,28 +57,24 @@ use futures::TryStreamExt;
 use super::id::now_micros;
 use super::layout::METADATA;
 use crate::error::Result;
-use crate::store::{pager, BatchOp, Entity, IfMatch, RowRange, Store, StoreError, Value, MAX_PAGE};
+use crate::store::{pager, Entity, IfMatch, RowRange, Store, StoreError, Value, MAX_PAGE};
 
 /// PartitionKey of the clock rows in the WAL table.
 pub const CLOCK: &str = "clock";
 /// RowKey prefix of the clock rows of earlier versions, in the `metadata` partition.
 pub const LEGACY_PREFIX: &str = "clock-";
-/// RowKey of the schema-version row in [`CLOCK`] (property `version`, Int64). `!` sorts
-/// before the digits every timestamp row starts with.
+/// RowKey of the high row in [`CLOCK`]: properties `last` (Int64, µs), `version` (Int64,
+/// the schema version), `owner` (the process that last raised `last`) and `at` (when, µs).
+pub const HIGH_ROW: &str = "~high";
+/// RowKey of the schema-version row of catalogs from before the high row (property
+/// `version`, Int64), read once when the high row is created.
 pub const SCHEMA_ROW: &str = "!schema";
-/// A clock row not published for this long may be pruned (unless it is the first row).
-pub const STALE_AFTER: Duration = Duration::from_secs(3600);
 
-/// RowKey of the clock row publishing `last` for `owner`: the inverted timestamp, 19 digits,
-/// so a larger `last` sorts first, then the owner (rows never collide across processes).
+/// RowKey of a clock row of the design before the high row, publishing `last` for `owner`:
+/// the inverted timestamp, 19 digits, so a larger `last` sorts first, then the owner. Read
+/// once when the high row is created ([`HIGH_ROW`]).
 pub fn row_key(last: i64, owner: &str) -> String {
     format!("{:019}-{owner}", i64::MAX - last.max(0))
-}
-
-/// The owner of the clock row with RowKey `key` (the part after the first `-`; the
-/// timestamp part is digits only), as [`row_key`] wrote it.
-fn row_owner(key: &str) -> Option<&str> {
-    key.split_once('-').map(|(_, owner)| owner)
 }
 
 /// The RowKey range of the legacy clock rows (`clock-` ≤ RowKey < `clock.` in `metadata`).
@@ -149,28 +142,19 @@ impl WriteShare {
     }
 }
 
-fn at_of(e: &Entity) -> i64 {
-    match e.properties.get("at") {
-        Some(Value::Int64(v)) => *v,
-        _ => 0, // the first design's row has no `at`
-    }
-}
-
 /// What this process last published, and its publication in flight.
 #[derive(Debug, Default)]
 struct Published {
-    /// Largest `last` published.
+    /// Largest `last` published (by this process, or found published when it tried).
     last: i64,
-    /// RowKey of the row that published it (deleted with the next publication).
-    row: Option<String>,
     /// When the latest publication began, while it runs; `None` when none runs.
     started: Option<crate::env::Instant>,
 }
 
 /// A publication that has run this long no longer holds the others back: the next caller
-/// starts one beside it ([`Clock::publish`]). A publication is one entity group transaction
-/// of two entities, normally one round trip; one that takes a second is in the store's
-/// retries (throttling, a lost connection), which can last minutes.
+/// starts one beside it ([`Clock::publish`]). A publication is normally one round trip; one
+/// that takes a second is in the store's retries (throttling, a lost connection), which can
+/// last minutes.
 pub const STUCK_AFTER: Duration = Duration::from_secs(1);
 
 /// Marks a publication ended (when dropped) and wakes the callers waiting for it.
@@ -193,7 +177,7 @@ impl Drop for Ending<'_> {
 /// One process's id clock (see the module docs).
 #[derive(Debug)]
 pub struct Clock {
-    /// Lease owner id of this process; the tail of its rows' RowKeys.
+    /// Lease owner id of this process; written as the high row's `owner` when it raises it.
     owner: String,
     /// Offset added to the local clock, in µs (tests skew writers with it).
     skew_us: i64,
@@ -206,8 +190,9 @@ pub struct Clock {
     /// Largest `last` any caller of [`Clock::publish`] asked for: a publication covers the
     /// callers that waited for the one before it (group commit of publications).
     wanted: std::sync::atomic::AtomicI64,
-    /// The largest `last` of the legacy rows, read once before the first round.
-    legacy: tokio::sync::OnceCell<i64>,
+    /// The high row as this process last read or wrote it (its ETag for the next
+    /// conditional replace; a stale one costs a 412 and a read).
+    seen: std::sync::Mutex<Option<Entity>>,
     /// This process's share of the publications, as the reads see it.
     share: WriteShare,
     /// The largest high-water mark this process saw read or published itself: a lower bound
@@ -225,7 +210,7 @@ impl Clock {
             published: std::sync::Mutex::new(Published::default()),
             ended: tokio::sync::Notify::new(),
             wanted: std::sync::atomic::AtomicI64::new(0),
-            legacy: tokio::sync::OnceCell::new(),
+            seen: std::sync::Mutex::new(None),
             share: WriteShare::default(),
             known_high: std::sync::atomic::AtomicI64::new(0),
         }
@@ -259,51 +244,44 @@ impl Clock {
     }
 
     /// The high-water mark: the largest `last` any process published (0 when none did).
-    /// One query of at most two entities; the first call of a process also reads the legacy
-    /// rows.
+    /// One point read (the first of a catalog from before the high row creates it).
     pub async fn high_water(&self, store: &dyn Store, table: &str) -> Result<i64> {
         Ok(self.read(store, table).await?.high)
     }
 
-    /// The high-water mark and the schema version, in one query of at most two entities
-    /// (the first call of a process also reads the legacy rows).
+    /// The high-water mark and the schema version: one point read of the high row (the
+    /// first of a catalog from before the high row creates it, [`high_row`]).
     pub async fn read(&self, store: &dyn Store, table: &str) -> Result<ClockRead> {
-        let all = RowRange::default();
-        // One response, not a followed token: a publication replaces its owner's row by one
-        // that sorts before it, so a read resumed behind the old row could miss both.
-        let first = pager::head(store, table, CLOCK, &all, 2).await?;
-        let floor = *self.legacy.get_or_try_init(|| legacy_high(store, table)).await?;
-        let schema_version = first.iter().find(|e| e.row_key == SCHEMA_ROW).map_or(0, version_of);
-        let top = first.iter().find(|e| e.row_key != SCHEMA_ROW);
-        self.share.observe(top.is_none_or(|e| row_owner(&e.row_key) == Some(self.owner.as_str())));
-        let high = top.map_or(0, last_of).max(floor);
-        self.known_high.fetch_max(high, std::sync::atomic::Ordering::SeqCst);
-        Ok(ClockRead { high, schema_version })
+        let row = high_row(store, table).await?;
+        let read = ClockRead { high: last_of(&row), schema_version: version_of(&row) };
+        self.share.observe(row.str("owner").is_none_or(|o| o == self.owner));
+        self.known_high.fetch_max(read.high, std::sync::atomic::Ordering::SeqCst);
+        self.remember(row);
+        Ok(read)
+    }
+
+    /// Keeps `row` (read or written) as the high row this process knows, unless it knows a
+    /// larger `last` already (a reply overtaken by a newer one).
+    fn remember(&self, row: Entity) {
+        let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
+        if seen.as_ref().is_none_or(|s| (last_of(s), version_of(s)) <= (last_of(&row), version_of(&row))) {
+            *seen = Some(row);
+        }
     }
 
     /// Raises the schema version every later [`Clock::read`] sees to at least `version`
-    /// (compare-and-swap, so versions never go back). Returns the version now stored.
+    /// (a conditional replace of the high row, so versions never go back and `last` is kept).
+    /// Returns the version now stored.
     pub async fn raise_schema_version(store: &dyn Store, table: &str, version: u64) -> Result<u64> {
+        let mut row = high_row(store, table).await?;
         loop {
-            let current = store.get(table, CLOCK, SCHEMA_ROW).await.or_else(|e| match e {
-                StoreError::NotFound(_) => Ok(None),
-                e => Err(e),
-            })?;
-            let row = Entity::new(CLOCK, SCHEMA_ROW).with("version", Value::Int64(version as i64));
-            let written = match current {
-                Some(c) if version_of(&c) >= version => return Ok(version_of(&c)),
-                Some(c) => {
-                    let tag = c.etag.clone().map_or(IfMatch::Any, IfMatch::Etag);
-                    store.replace(table, &row, &tag).await.map(|_| ())
-                }
-                None => store.insert(table, &row).await.map(|_| ()),
-            };
-            match written {
-                Ok(()) => return Ok(version),
-                Err(StoreError::AlreadyExists(_) | StoreError::PreconditionFailed(_) | StoreError::NotFound(_)) => {
-                    continue
-                }
-                Err(e) => return Err(e.into()),
+            if version_of(&row) >= version {
+                return Ok(version_of(&row));
+            }
+            let raised = row.clone().with("version", Value::Int64(version as i64));
+            match replace_if_unchanged(store, table, &row, raised).await? {
+                Some(_) => return Ok(version),
+                None => row = high_row(store, table).await?, // changed meanwhile: read again
             }
         }
     }
@@ -318,9 +296,9 @@ impl Clock {
         start
     }
 
-    /// Publishes `last` (unless a larger value already was): upserts its row and deletes
-    /// this process's previous row in one entity group transaction. When this returns `Ok`,
-    /// every later [`Clock::high_water`] in any process is at least `last`.
+    /// Publishes `last` (unless a larger value already was): raises the high row to it
+    /// ([`Clock::raise_last`]). When this returns `Ok`, every later [`Clock::high_water`] in
+    /// any process is at least `last`.
     ///
     /// Group commit: one publication runs at a time; callers that come while it runs wait
     /// for it and are served by the next one, which publishes the largest `last` of them all
@@ -330,14 +308,14 @@ impl Clock {
     /// its own included. So one stuck request delays the acknowledgements of about a second,
     /// not every acknowledgement of the process for as long as the retries last.
     ///
-    /// Why publications beside each other keep the order argument: each transaction deletes
-    /// only a row this process published before it began, whose `last` is smaller than the
-    /// one it upserts, so a row still goes only when a larger one exists. A publication that
-    /// ends after a larger one leaves its row behind, not first: [`Clock::prune`] removes it.
+    /// Why publications beside each other keep the order argument: each write of the high row
+    /// is conditional on the ETag of a read showing a smaller `last`, so a stuck replace
+    /// that reaches the service after a larger publication fails with 412 and never lowers
+    /// the mark.
     pub async fn publish(&self, store: &dyn Store, table: &str, last: i64) -> Result<()> {
         use std::sync::atomic::Ordering::SeqCst;
         self.wanted.fetch_max(last, SeqCst);
-        let (target, previous, started) = loop {
+        let (target, started) = loop {
             let ended = self.ended.notified();
             tokio::pin!(ended);
             ended.as_mut().enable();
@@ -357,7 +335,7 @@ impl Clock {
                             );
                         }
                         p.started = Some(now);
-                        break (self.wanted.load(SeqCst).max(last), p.row.clone(), now);
+                        break (self.wanted.load(SeqCst).max(last), now);
                     }
                 }
             };
@@ -369,7 +347,7 @@ impl Clock {
         // Ends the publication in the bookkeeping whichever way it goes, dropped included
         // (a caller served by a later publication stops waiting for its own).
         let guard = Ending { clock: self, started };
-        let write = self.write_row(store, table, target, previous);
+        let write = self.raise_last(store, table, target);
         tokio::pin!(write);
         loop {
             let ended = self.ended.notified();
@@ -381,12 +359,9 @@ impl Clock {
             tokio::select! {
                 biased;
                 written = &mut write => {
-                    let key = written?;
+                    written?;
                     let mut p = self.lock_published();
-                    if target > p.last {
-                        p.last = target;
-                        p.row = Some(key);
-                    }
+                    p.last = p.last.max(target);
                     drop(p);
                     self.known_high.fetch_max(target, SeqCst);
                     drop(guard);
@@ -401,57 +376,121 @@ impl Clock {
         self.published.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// The storage writes of one publication of `last`: its row, and the delete of
-    /// `previous` (this process's row of an earlier publication) in the same transaction.
-    /// Returns the new row's RowKey.
-    async fn write_row(&self, store: &dyn Store, table: &str, last: i64, previous: Option<String>) -> Result<String> {
+    /// The storage writes of one publication of `last`: the high row replaced by one holding
+    /// `last`, conditional on the ETag this process last saw (no read first when it is
+    /// current); on 412 the row is read again, and the publication is done when it holds
+    /// `last` or more already (module docs).
+    async fn raise_last(&self, store: &dyn Store, table: &str, last: i64) -> Result<()> {
         crate::faults::point("before_clock_publish")?;
-        let key = row_key(last, &self.owner);
-        let row =
-            Entity::new(CLOCK, key.as_str()).with("last", Value::Int64(last)).with("at", Value::Int64(now_micros()));
-        match previous {
-            Some(previous) => {
-                let ops = [BatchOp::Upsert(row.clone()), BatchOp::Delete { row_key: previous, if_match: IfMatch::Any }];
-                match store.batch(table, CLOCK, &ops).await {
-                    Ok(_) => {}
-                    // The previous row is gone (pruned, deleted by a publication beside this
-                    // one, or an earlier transaction committed though its response was lost):
-                    // the upsert alone publishes.
-                    Err(StoreError::BatchFailed { .. }) => {
-                        store.upsert(table, &row).await?;
-                    }
-                    Err(e) => return Err(e.into()),
-                }
+        let known = self.seen.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let mut row = match known {
+            Some(row) => row,
+            None => high_row(store, table).await?,
+        };
+        loop {
+            if last_of(&row) >= last {
+                self.remember(row);
+                return Ok(());
             }
-            None => {
-                store.upsert(table, &row).await?;
+            let raised = row
+                .clone()
+                .with("last", Value::Int64(last))
+                .with("owner", Value::String(self.owner.clone()))
+                .with("at", Value::Int64(now_micros()));
+            match replace_if_unchanged(store, table, &row, raised).await? {
+                Some(written) => {
+                    self.remember(written);
+                    return Ok(());
+                }
+                None => row = high_row(store, table).await?, // raised meanwhile: read again
             }
         }
-        Ok(key)
     }
 
-    /// Removes clock rows not published for [`STALE_AFTER`] (rows of processes that are
-    /// gone, or left over by a publication whose response was lost), except the first row;
-    /// and legacy rows in `metadata` whose `last` the first row covers. Returns how many were
-    /// removed. A row republished meanwhile is kept (its ETag changed).
+    /// Removes the clock rows of the design before the high row (module docs): the rows of
+    /// this partition other than the high row, and the legacy rows in `metadata`, once the
+    /// high row covers them (their `last` and schema version at or below its own). Nothing
+    /// while there is no high row. Returns how many were removed. A row changed since it was
+    /// read is kept.
     pub async fn prune(&self, store: &dyn Store, table: &str) -> Result<usize> {
+        let Some(high) = get_row(store, table, HIGH_ROW).await? else { return Ok(0) };
         let all = RowRange::default();
-        let rows: Vec<Entity> = pager::entities(store, table, CLOCK, &all, MAX_PAGE)
-            .try_filter(|e| futures::future::ready(e.row_key != SCHEMA_ROW))
+        let older: Vec<Entity> = pager::entities(store, table, CLOCK, &all, MAX_PAGE)
+            .try_filter(|e| futures::future::ready(e.row_key != HIGH_ROW))
             .try_collect()
             .await?;
-        let high = rows.first().map_or(0, last_of);
-        let cutoff = now_micros() - STALE_AFTER.as_micros() as i64;
-        let mut removed = 0;
-        for e in rows.iter().skip(1).filter(|e| at_of(e) < cutoff) {
-            removed += delete_if_unchanged(store, table, e).await? as usize;
-        }
         let range = legacy_range();
         let legacy: Vec<Entity> = pager::entities(store, table, METADATA, &range, MAX_PAGE).try_collect().await?;
-        for e in legacy.iter().filter(|e| last_of(e) <= high) {
+        let covered = |e: &&Entity| last_of(e) <= last_of(&high) && version_of(e) <= version_of(&high);
+        let mut removed = 0;
+        for e in older.iter().chain(&legacy).filter(covered) {
             removed += delete_if_unchanged(store, table, e).await? as usize;
         }
         Ok(removed)
+    }
+}
+
+/// The row `row_key` of [`CLOCK`], if any (a missing table reads as no row).
+async fn get_row(store: &dyn Store, table: &str, row_key: &str) -> Result<Option<Entity>> {
+    match store.get(table, CLOCK, row_key).await {
+        Ok(row) => Ok(row),
+        Err(StoreError::NotFound(_)) => Ok(None),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// The high row, read (one point read). A catalog from before the high row has none: it is
+/// created from the older clock rows (module docs), by an insert, so that two processes
+/// doing this at once agree (the second reads the first's).
+async fn high_row(store: &dyn Store, table: &str) -> Result<Entity> {
+    loop {
+        if let Some(row) = get_row(store, table, HIGH_ROW).await? {
+            return Ok(row);
+        }
+        let (last, version) = older_rows(store, table).await?;
+        let mut row = Entity::new(CLOCK, HIGH_ROW)
+            .with("last", Value::Int64(last))
+            .with("version", Value::Int64(version as i64))
+            .with("at", Value::Int64(now_micros()));
+        match store.insert(table, &row).await {
+            Ok(tag) => {
+                row.etag = Some(tag);
+                return Ok(row);
+            }
+            Err(StoreError::AlreadyExists(_)) => continue,
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
+/// The largest `last` and the schema version the clock rows of the designs before the high
+/// row hold: the first two rows of [`CLOCK`] ([`SCHEMA_ROW`] sorts first, then the largest
+/// timestamp row; one response, not a followed token: a publication of that design replaced
+/// its owner's row by one sorting before it) and the legacy rows in `metadata`.
+async fn older_rows(store: &dyn Store, table: &str) -> Result<(i64, u64)> {
+    let all = RowRange { before: Some(HIGH_ROW.to_string()), ..RowRange::default() };
+    let first = pager::head(store, table, CLOCK, &all, 2).await?;
+    let version = first.iter().find(|e| e.row_key == SCHEMA_ROW).map_or(0, version_of);
+    let top = first.iter().find(|e| e.row_key != SCHEMA_ROW).map_or(0, last_of);
+    Ok((top.max(legacy_high(store, table).await?), version))
+}
+
+/// Replaces `read` (as read, with its ETag) by `new`, conditional on that ETag: the row
+/// written, with its new ETag, or `None` when the row changed or went meanwhile (412, 404).
+async fn replace_if_unchanged(
+    store: &dyn Store,
+    table: &str,
+    read: &Entity,
+    mut new: Entity,
+) -> Result<Option<Entity>> {
+    let Some(tag) = read.etag.clone() else { return Ok(None) };
+    match store.replace(table, &new, &IfMatch::Etag(tag)).await {
+        Ok(tag) => {
+            new.etag = Some(tag);
+            Ok(Some(new))
+        }
+        Err(StoreError::PreconditionFailed(_) | StoreError::NotFound(_)) => Ok(None),
+        Err(e) => Err(e.into()),
     }
 }
 
@@ -497,7 +536,7 @@ mod tests {
             Fut: std::future::Future<Output = crate::store::StoreResult<T>> + Send + 'a,
         {
             use crate::store::OpKind;
-            let publication = call.partition_key == Some(CLOCK) && matches!(call.op, OpKind::Batch | OpKind::Upsert);
+            let publication = call.partition_key == Some(CLOCK) && call.op == OpKind::Replace;
             if publication && !self.held.swap(true, std::sync::atomic::Ordering::SeqCst) {
                 self.reached.notify_one();
                 let _ = self.release.subscribe().wait_for(|open| *open).await;
@@ -543,11 +582,11 @@ mod tests {
         assert_eq!(Clock::new("q", 0).high_water(store.as_ref(), T).await.unwrap(), 20);
     }
 
-    /// The order argument with publications beside each other: a transaction deletes only
-    /// the row this process published before the transaction began, smaller than the one it
-    /// writes. So a stuck transaction that commits after a larger publication (its caller
-    /// served by that one and gone, its request already sent) never lowers the first row;
-    /// its row stays behind, not first, until [`Clock::prune`].
+    /// The order argument with publications beside each other: every write of the high row
+    /// is conditional on the ETag of the read it raises. So a stuck replace that reaches the
+    /// service after a larger publication (its caller served by that one and gone, its
+    /// request already sent) fails with 412 and never lowers the mark; and a process whose
+    /// publication meets 412 reads the row again: done when it holds as much, else raised.
     #[tokio::test(start_paused = true)]
     async fn a_publication_committed_after_a_larger_one_never_lowers_the_high_water_mark() {
         let _sim = crate::env::simulate(2, 1_798_761_600_000_000);
@@ -556,24 +595,55 @@ mod tests {
         let clock = Clock::new("p", 0);
         let reader = Clock::new("q", 0);
         clock.publish(store.as_ref(), T, 5).await.unwrap();
-        // The stuck transaction of 30 began now: it deletes 5's row.
-        let stuck = clock.lock_published().row.clone();
-        assert_eq!(stuck, Some(row_key(5, "p")));
+        // The stuck replace of 30 was conditional on the row as read at 5.
+        let at_5 = high_row(store.as_ref(), T).await.unwrap();
         clock.publish(store.as_ref(), T, 40).await.unwrap(); // beside it, and done first
-        clock.write_row(store.as_ref(), T, 30, stuck).await.unwrap(); // its commit, late
+        let late = at_5.clone().with("last", Value::Int64(30));
+        assert!(replace_if_unchanged(store.as_ref(), T, &at_5, late).await.unwrap().is_none(), "412");
         assert_eq!(reader.high_water(store.as_ref(), T).await.unwrap(), 40);
-        let lasts = || async {
-            let all = RowRange::default();
-            let rows: Vec<Entity> =
-                pager::entities(store.as_ref(), T, CLOCK, &all, MAX_PAGE).try_collect().await.unwrap();
-            rows.iter().map(last_of).collect::<Vec<_>>()
-        };
-        assert_eq!(lasts().await, vec![40, 30]);
-        clock.publish(store.as_ref(), T, 50).await.unwrap(); // deletes 40's row (its previous)
-        assert_eq!(lasts().await, vec![50, 30]);
-        crate::env::sleep(STALE_AFTER + Duration::from_secs(1)).await;
-        assert_eq!(clock.prune(store.as_ref(), T).await.unwrap(), 1);
-        assert_eq!(lasts().await, vec![50]);
+        // Another process that read the row at 5: its publication of 30 meets 412, reads 40,
+        // and is done; its publication of 50 is retried on the new ETag.
+        let other = Clock::new("r", 0);
+        other.remember(at_5);
+        other.publish(store.as_ref(), T, 30).await.unwrap();
+        assert_eq!(reader.high_water(store.as_ref(), T).await.unwrap(), 40);
+        other.publish(store.as_ref(), T, 50).await.unwrap();
+        assert_eq!(reader.high_water(store.as_ref(), T).await.unwrap(), 50);
+        let rows: Vec<Entity> =
+            pager::entities(store.as_ref(), T, CLOCK, &RowRange::default(), MAX_PAGE).try_collect().await.unwrap();
+        assert_eq!(rows.iter().map(|e| e.row_key.as_str()).collect::<Vec<_>>(), vec![HIGH_ROW]);
+    }
+
+    /// A catalog from before the high row: the first read creates it from the older rows
+    /// (the largest per-process row, the schema row, the legacy rows in `metadata`); the
+    /// schema version is raised on it, keeping `last`; prune then removes the older rows.
+    #[tokio::test(start_paused = true)]
+    async fn the_high_row_starts_from_the_older_clock_rows_which_prune_then_removes() {
+        let _sim = crate::env::simulate(3, 1_798_761_600_000_000);
+        let store: Arc<dyn Store> = Arc::new(crate::store::mem::MemStore::new());
+        store.create_table(T).await.unwrap();
+        let older = [
+            Entity::new(CLOCK, row_key(70, "a").as_str()).with("last", Value::Int64(70)),
+            Entity::new(CLOCK, row_key(90, "b").as_str()).with("last", Value::Int64(90)),
+            Entity::new(CLOCK, SCHEMA_ROW).with("version", Value::Int64(3)),
+            Entity::new(METADATA, "clock-wal").with("last", Value::Int64(120)),
+        ];
+        for e in &older {
+            store.upsert(T, e).await.unwrap();
+        }
+        let c = Clock::new("p", 0);
+        assert_eq!(c.read(store.as_ref(), T).await.unwrap(), ClockRead { high: 120, schema_version: 3 });
+        assert_eq!(Clock::raise_schema_version(store.as_ref(), T, 5).await.unwrap(), 5);
+        assert_eq!(c.read(store.as_ref(), T).await.unwrap(), ClockRead { high: 120, schema_version: 5 });
+        assert_eq!(c.prune(store.as_ref(), T).await.unwrap(), 4);
+        for e in &older {
+            assert!(store.get(T, &e.partition_key, &e.row_key).await.unwrap().is_none(), "{}", e.row_key);
+        }
+        c.publish(store.as_ref(), T, 130).await.unwrap();
+        assert_eq!(
+            Clock::new("q", 0).read(store.as_ref(), T).await.unwrap(),
+            ClockRead { high: 130, schema_version: 5 }
+        );
     }
 
     #[test]
@@ -614,6 +684,5 @@ mod tests {
         sorted.sort();
         assert_eq!(sorted, keys);
         assert_eq!(row_key(0, "x").len(), 19 + 2);
-        assert_eq!(row_owner(&row_key(now, "p-1")), Some("p-1"));
     }
 }

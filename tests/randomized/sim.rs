@@ -220,8 +220,9 @@ fn add_faults(f: &FaultStore, names: &Names) {
     f.add(Rule::new(&writes, Trigger::Probability(0.01), Fault::CommitThenFail(unavailable())));
     f.add(Rule::new(&[OpKind::Get, OpKind::Query], Trigger::Probability(0.01), Fault::Fail(unavailable())));
     // A clock publication stuck in the store's retries (longer than `STUCK_AFTER`): the
-    // process's next publications go beside it, and it may commit after a larger one.
-    let publish = [OpKind::Batch, OpKind::Upsert];
+    // process's next publications go beside it, and it may reach the service after a larger
+    // one (a conditional replace of the high row; the insert that creates it).
+    let publish = [OpKind::Replace, OpKind::Insert];
     let stuck = Fault::Delay(Duration::from_secs(3));
     f.add(Rule::new(&publish, Trigger::Probability(0.01), stuck).on(&names.wal_table).partition(CLOCK));
     // WAL entries logged late: the insert of an entry held while others are applied.

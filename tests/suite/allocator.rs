@@ -1,5 +1,5 @@
-//! The WAL id allocator (src/wal/clock.rs, src/wal/append.rs): per-process clock rows and
-//! group commit must keep the order invariant — an operation acknowledged before another one
+//! The WAL id allocator (src/wal/clock.rs, src/wal/append.rs): the high row raised by
+//! conditional replaces and group commit must keep the order invariant — an operation acknowledged before another one
 //! is issued gets the smaller id — across processes and whatever their clocks say.
 
 use crate::common;
@@ -93,13 +93,16 @@ common::backend_tests! {
 }
 
 common::backend_tests! {
+    /// A catalog from before the high row (`src/wal/clock.rs`): per-process clock rows, one
+    /// of them far ahead (a skewed clock), and the schema row. The first process creates the
+    /// high row from them (ids above the largest), the sweeper then removes them all, and a
+    /// new process still allocates above them.
     #[tokio::test]
-    async fn the_sweeper_prunes_clock_rows_of_processes_long_gone_but_never_the_maximum(backend) {
+    async fn a_catalog_with_per_process_clock_rows_gets_a_high_row_above_them_and_the_sweeper_retires_them(backend) {
         use table_catalog::store::{Entity, Value};
-        use table_catalog::testing::wal::clock::{row_key, CLOCK};
+        use table_catalog::testing::wal::clock::{row_key, CLOCK, HIGH_ROW, SCHEMA_ROW};
         let (store, names) = fresh(backend);
-        let c = open(store.clone(), &names, 0).await;
-        c.upsert(rec(1), false).await.unwrap();
+        store.create_table(&names.wal_table).await.unwrap();
         let two_hours_ago = hours_from_now(-2);
         let tomorrow = hours_from_now(24);
         let gone = |owner: &str, last: i64| {
@@ -107,16 +110,18 @@ common::backend_tests! {
                 .with("last", Value::Int64(last))
                 .with("at", Value::Int64(two_hours_ago))
         };
-        // A process gone with a small mark, and one gone whose mark is the largest.
         store.upsert(&names.wal_table, &gone("old", 1)).await.unwrap();
         store.upsert(&names.wal_table, &gone("max", tomorrow)).await.unwrap();
+        store.upsert(&names.wal_table, &Entity::new(CLOCK, SCHEMA_ROW).with("version", Value::Int64(0))).await.unwrap();
+        let c = open(store.clone(), &names, 0).await;
+        let id = c.upsert(rec(1), false).await.unwrap().id;
+        assert!(micros(&id) > tomorrow, "{backend:?}: {id}");
         let report = c.sweep().await.unwrap();
-        assert_eq!(report.clocks_removed, 1, "{backend:?}: {report:?}");
-        assert!(store.get(&names.wal_table, CLOCK, &row_key(1, "old")).await.unwrap().is_none());
-        assert!(
-            store.get(&names.wal_table, CLOCK, &row_key(tomorrow, "max")).await.unwrap().is_some(),
-            "the maximum stays"
-        );
+        assert_eq!(report.clocks_removed, 3, "{backend:?}: {report:?}");
+        for row in [row_key(1, "old"), row_key(tomorrow, "max"), SCHEMA_ROW.to_string()] {
+            assert!(store.get(&names.wal_table, CLOCK, &row).await.unwrap().is_none(), "{backend:?}: {row}");
+        }
+        assert!(store.get(&names.wal_table, CLOCK, HIGH_ROW).await.unwrap().is_some(), "{backend:?}");
         // Ids keep going above it, in this process and in a new one.
         let id = c.upsert(rec(2), false).await.unwrap().id;
         assert!(micros(&id) > tomorrow, "{backend:?}: {id}");
@@ -159,7 +164,7 @@ common::backend_tests! {
 
 common::backend_tests! {
     #[tokio::test]
-    async fn the_clock_partition_holds_one_row_per_process(backend) {
+    async fn the_clock_partition_holds_one_row_whatever_the_number_of_processes(backend) {
         use futures::TryStreamExt;
         use table_catalog::testing::store::pager;
 use table_catalog::store::{RowRange};
@@ -174,7 +179,7 @@ use table_catalog::store::{RowRange};
             .try_collect()
             .await
             .unwrap();
-        assert_eq!(rows.len(), 2, "{backend:?}: each publication replaces its process's row: {rows:?}");
+        assert_eq!(rows.len(), 1, "{backend:?}: every publication raises the one high row: {rows:?}");
     }
 }
 
@@ -216,14 +221,14 @@ common::backend_tests! {
         let table = common::unique_name("coalesce");
         counting.create_table(&table).await.unwrap();
         let clock = Arc::new(Clock::new("p", 0));
-        clock.publish(faulty.as_ref(), &table, 1_000).await.unwrap(); // the process's first row
+        clock.publish(faulty.as_ref(), &table, 1_000).await.unwrap(); // creates the high row
         let before = counting.counts().snapshot();
         // The first of the 20 publications is held at the store until every other one has
         // queued behind it (a current-thread runtime: the test goes on only once the task
         // has polled all 20). Without the hold, a fast store could answer the first before
         // the others were polled (this test failed that way on the in-memory store).
         let gate = Gate::new();
-        faulty.add(Rule::new(&[OpKind::Batch], Trigger::Nth(1), Fault::Hold(gate.clone())));
+        faulty.add(Rule::new(&[OpKind::Replace], Trigger::Nth(1), Fault::Hold(gate.clone())));
         let task = tokio::spawn({
             let (clock, faulty, table) = (clock.clone(), faulty.clone(), table.clone());
             async move {
@@ -241,11 +246,11 @@ common::backend_tests! {
             done.unwrap();
         }
         let writes = counting.counts().snapshot().since(&before);
-        let (batches, upserts) = (writes.op(OpKind::Batch), writes.op(OpKind::Upsert));
+        let (replaces, reads) = (writes.op(OpKind::Replace), writes.op(OpKind::Get));
         assert_eq!(
-            batches + upserts,
-            2,
-            "{backend:?}: 20 queued publications cost {batches} batches and {upserts} upserts"
+            (replaces, reads),
+            (2, 0),
+            "{backend:?}: 20 queued publications cost {replaces} replaces and {reads} reads (the ETag of the last write serves the next)"
         );
         assert_eq!(
             clock.high_water(faulty.as_ref(), &table).await.unwrap(),
@@ -306,14 +311,16 @@ common::backend_tests! {
             let faulty = Arc::new(FaultStore::new(common::store(backend), 1));
             let names = Names::new(&common::unique_name("rounds"), None, None).unwrap();
             let catalog = Arc::new(open(faulty.clone(), &names, 0).await);
-            // The process's first round and clock row.
+            // The process's first round (it creates the high row).
             catalog.upsert(rec(0), false).await.unwrap();
             // As 64 reads would see it: every one its own row on top, or every one another's.
             for _ in 0..64 {
                 catalog.wal().write_share().observe(!others_write);
             }
             let gate = Gate::new();
-            faulty.add(Rule::new(&[OpKind::Query], Trigger::Always, Fault::Hold(gate.clone())).on(&names.wal_table));
+            // Each round's clock read (a point read of the high row) waits at the gate.
+            let clock_read = Rule::new(&[OpKind::Get], Trigger::Always, Fault::Hold(gate.clone()));
+            faulty.add(clock_read.on(&names.wal_table).partition(table_catalog::testing::wal::clock::CLOCK));
             let mut writes = Vec::new();
             for i in 1..=MAX_ROUNDS + 2 {
                 let c = catalog.clone();

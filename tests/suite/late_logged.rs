@@ -427,9 +427,8 @@ common::backend_tests! {
 /// A store that answers the first page of a query of one partition (with one page size)
 /// with no entity and a continuation token (Azure may: a page can be empty and still not be
 /// the last, docs/AZURE.md). The token resumes, as Azure's `NextRowKey` does, at the RowKey
-/// the real first page began with when the empty page was served. Optionally the empty page
-/// is held until the test lets it go ([`EmptyFirstPage::pause_after_serving`]), so that
-/// something can happen between the two pages; and it may be served once only.
+/// the real first page began with when the empty page was served. It may be served once
+/// only.
 struct EmptyFirstPage {
     inner: Arc<dyn Store>,
     /// The (table, partition, page size) answered so; `None`: none.
@@ -439,8 +438,6 @@ struct EmptyFirstPage {
     once: AtomicBool,
     /// Empty pages served.
     served: AtomicU64,
-    /// Held after computing the next empty page: (tell the test, wait for its go).
-    pause: Mutex<Option<(tokio::sync::oneshot::Sender<()>, tokio::sync::oneshot::Receiver<()>)>>,
 }
 
 const TOKEN: &str = "empty-first-page-test-token:";
@@ -453,7 +450,6 @@ impl EmptyFirstPage {
             armed: AtomicBool::new(false),
             once: AtomicBool::new(false),
             served: AtomicU64::new(0),
-            pause: Mutex::new(None),
         }
     }
 
@@ -466,15 +462,6 @@ impl EmptyFirstPage {
         *self.target.lock().unwrap() = Some((table.to_string(), partition.to_string(), limit));
         self.once.store(once, Ordering::SeqCst);
         self.armed.store(true, Ordering::SeqCst);
-    }
-
-    /// Holds the next empty page after its resume point is fixed: the first receiver fires
-    /// then, and the page is returned when the test sends on the second sender.
-    fn pause_after_serving(&self) -> (tokio::sync::oneshot::Receiver<()>, tokio::sync::oneshot::Sender<()>) {
-        let (reached_tx, reached_rx) = tokio::sync::oneshot::channel();
-        let (go_tx, go_rx) = tokio::sync::oneshot::channel();
-        *self.pause.lock().unwrap() = Some((reached_tx, go_rx));
-        (reached_rx, go_tx)
     }
 
     fn disarm(&self) {
@@ -498,11 +485,6 @@ impl EmptyFirstPage {
         let real = self.inner.query_partition(table, pk, range, limit, None).await?;
         let resume = real.entities.first().map_or(String::new(), |e| e.row_key.clone());
         self.served.fetch_add(1, Ordering::SeqCst);
-        let pause = self.pause.lock().unwrap().take();
-        if let Some((reached, go)) = pause {
-            let _ = reached.send(());
-            let _ = go.await;
-        }
         Ok(Page { entities: Vec::new(), continuation: Some(format!("{TOKEN}{resume}")) })
     }
 }
@@ -694,52 +676,6 @@ common::backend_tests! {
         );
         shaped.disarm();
         drain(&[&c], &label).await;
-    }
-}
-
-common::backend_tests! {
-    /// Found by the deterministic simulator with random short pages (seed 2): a WAL clock read
-    /// that follows a continuation token can miss the high-water mark. A writes R and is
-    /// acknowledged (its id published as A's clock row). B, whose clock runs 10 s behind, then
-    /// upserts R; its append round reads the clock partition, whose first page comes back empty
-    /// with a token resuming at A's row. Before B resumes, A writes another record: its
-    /// publication replaces its row by one that sorts before the resume point (a larger
-    /// timestamp sorts first). Following the token finds neither row, so B takes an id from its
-    /// own clock, below A's acknowledged write, and B's upsert, issued after A's was
-    /// acknowledged, is ordered before it: R keeps A's version. The clock read must be one
-    /// response (`pager::head`): a cut first page is read again from the start.
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_clock_read_cut_short_while_another_instance_publishes_still_orders_after_acknowledged_writes(backend) {
-        let label = format!("{backend:?}");
-        let inner = common::store(backend);
-        let shaped = Arc::new(EmptyFirstPage::new(inner.clone()));
-        let names = Names::new(&common::unique_name("clockcut"), None, None).unwrap();
-        let a = open(inner, &names, options()).await;
-        let mut behind = options();
-        behind.wal.clock_skew_us = -10_000_000;
-        let b = open(shaped.clone(), &names, behind).await;
-        let by_a = a.upsert(r("US"), false).await.unwrap();
-        shaped.arm_for(&names.wal_table, "clock", 2, true);
-        let (reached, go) = shaped.pause_after_serving();
-        let b2 = b.clone();
-        let by_b = tokio::spawn(async move { b2.upsert(r("CA"), false).await });
-        within(&format!("{label}: B's clock read gets its cut first page"), reached).await.unwrap();
-        let other = json!({"icao": "KBBB", "iata": "BBB", "lid": "BBB", "name": "Bravo Field"});
-        a.upsert(other.as_object().cloned().unwrap(), false).await.unwrap();
-        go.send(()).unwrap();
-        let by_b = within(&format!("{label}: B's upsert"), by_b).await.unwrap().unwrap();
-        assert_eq!(shaped.served(), 1, "{label}: one cut first page");
-        assert!(
-            id(&by_b) > id(&by_a),
-            "{label}: B's upsert {} was issued after A's {} was acknowledged but took a smaller id",
-            by_b.id,
-            by_a.id
-        );
-        drain(&[&a, &b], &label).await;
-        let found = a.query_all(&f("icao", "KAAA")).await.unwrap();
-        assert_eq!(found.len(), 1, "{label}: {found:?}");
-        assert_eq!(found[0].get("country"), Some(&json!("CA")), "{label}: B's upsert, the later one, wins");
-        verify_clean(&a, &label).await;
     }
 }
 

@@ -212,6 +212,7 @@ fn row_kind(row_key: Option<&str>) -> &'static str {
     match row_key {
         None => "(query)",
         Some(rk) if rk.starts_with("clock-") => "clock",
+        Some(table_catalog::cli_support::wal::clock::HIGH_ROW) => "high row",
         Some(rk) if rk.starts_with("lease") => "lease",
         Some(rk) if rk.starts_with("checkpoint") => "checkpoint",
         Some(rk) if rk < PENDING_BEFORE => "entry",
