@@ -8,9 +8,10 @@
 //! - `metadata` / `checkpoint`, and `wal-01`.. / `checkpoint`: the last applied WAL id of
 //!   each shard, property `datetime` (shard 0's as the reference) ([`checkpoint`]).
 //!   Catalogs from before keep `metadata` / `checkpoint-wal-01`.. rows, read as a floor.
-//! - `clock` / `{inverted last}-{owner}`: the highest id timestamp each process published,
-//!   largest first ([`clock`]). Catalogs from before keep `metadata` / `clock-*` rows, read
-//!   once per process and pruned by the sweeper.
+//! - `clock` / `~high`: the high row, the largest id timestamp any process published and the
+//!   schema version ([`clock`]). Catalogs from before keep per-process rows there (and
+//!   `metadata` / `clock-*` rows): folded into the high row when it is created, then pruned
+//!   by the sweeper.
 //! - `metadata` / `lease-wal`, and `wal-01`.. / `lease`: the applier lease of each shard
 //!   ([`lease`]).
 //! - `wal`, `wal-01`.. / `seal`: each shard's seal ([`seal`]).
