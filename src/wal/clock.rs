@@ -413,12 +413,10 @@ impl Clock {
     /// while there is no high row. Returns how many were removed. A row changed since it was
     /// read is kept.
     pub async fn prune(&self, store: &dyn Store, table: &str) -> Result<usize> {
-        let Some(high) = get_row(store, table, HIGH_ROW).await? else { return Ok(0) };
         let all = RowRange::default();
-        let older: Vec<Entity> = pager::entities(store, table, CLOCK, &all, MAX_PAGE)
-            .try_filter(|e| futures::future::ready(e.row_key != HIGH_ROW))
-            .try_collect()
-            .await?;
+        let mut older: Vec<Entity> = pager::entities(store, table, CLOCK, &all, MAX_PAGE).try_collect().await?;
+        let Some(at) = older.iter().position(|e| e.row_key == HIGH_ROW) else { return Ok(0) };
+        let high = older.remove(at);
         let range = legacy_range();
         let legacy: Vec<Entity> = pager::entities(store, table, METADATA, &range, MAX_PAGE).try_collect().await?;
         let covered = |e: &&Entity| last_of(e) <= last_of(&high) && version_of(e) <= version_of(&high);
