@@ -23,7 +23,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use futures::{StreamExt, TryStreamExt};
 
 use super::applier::Applier;
-use super::filter::Match;
+use super::matched::Match;
 use crate::error::Result;
 use crate::query::Filter;
 use crate::record::RowMeta;

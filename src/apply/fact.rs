@@ -31,7 +31,7 @@
 use futures::{StreamExt, TryStreamExt};
 
 use super::applier::Applier;
-use super::filter::Match;
+use super::matched::Match;
 use crate::error::Result;
 use crate::projection::FACT_PARTITION;
 use crate::query::Filter;

@@ -31,6 +31,7 @@ use futures::{StreamExt, TryStreamExt};
 
 use super::applier::Applier;
 use super::fanout::RowWrite;
+use super::matched::Match;
 use crate::env::Instant;
 use crate::error::Result;
 use crate::history::{Change, ChangeOp};
@@ -64,29 +65,6 @@ fn after_resume(mut range: RowRange, resume: Option<&str>) -> RowRange {
 /// Whether RowKey `row_key` is at or below `resume` (handled by an earlier attempt).
 pub(super) fn resumed_past(row_key: &str, resume: Option<&str>) -> bool {
     resume.is_some_and(|r| crate::keys::cmp_utf16(row_key, r).is_le())
-}
-
-/// A row of the filter's partition that the filter addresses.
-pub(super) enum Match {
-    /// A live row whose record matches (or this entry's own tombstone). `later`: a later
-    /// entry wrote it (applied before this one; fencing keeps this entry off it).
-    /// `wal_id`: the entry that wrote the row.
-    Live { partition: String, row_key: String, record: Record, later: bool, wal_id: String },
-    /// A row a later entry wrote (applied before this one) that does not show a match: a
-    /// tombstone (the later entry moved the record to another value of an added index), or a
-    /// live version that no longer matches (it changed a filtered field this partition does
-    /// not read: a filter on two fields reads one field's partition). Only with history:
-    /// whether this entry removed the version before it is for the history to say
-    /// ([`Applier::version_before`]).
-    LaterUnmatched { row_key: String },
-}
-
-impl Match {
-    pub(super) fn row_key(&self) -> &str {
-        match self {
-            Match::Live { row_key, .. } | Match::LaterUnmatched { row_key } => row_key,
-        }
-    }
 }
 
 /// What [`Applier::remove_matched`] needs of the filter entry being applied.

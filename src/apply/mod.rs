@@ -32,6 +32,7 @@ pub mod fanout;
 pub mod filter;
 pub mod history;
 mod history_target;
+mod matched;
 mod outcome;
 mod refresh;
 pub mod row_cache;

@@ -91,13 +91,18 @@ impl Wal {
         }
     }
 
-    /// Creates the WAL table and raises the stored shard count to the configured one
-    /// ([`shard::raise_count`]); new entries are then routed over the count in force.
+    /// Creates the WAL table, raises the stored shard count to the configured one
+    /// ([`shard::raise_count`]; new entries are then routed over the count in force) and
+    /// reads the clock's high row (creating it when missing, [`clock`]).
     pub async fn init(&self) -> Result<()> {
         shard::check_count("wal.shards (TABLE_CATALOG_WAL_SHARDS, --wal-shards)", self.opts.shards)?;
         self.store.create_table(&self.table).await?;
         let count = shard::raise_count(self.store.as_ref(), &self.table, self.opts.shards).await?;
         self.shards.store(count, Ordering::Relaxed);
+        // The clock's high row, read once here (and created for a catalog from before it,
+        // `clock`): the process's first append round then starts from its ETag, and no write
+        // waits for the row's creation.
+        self.appender.clock.read(self.store.as_ref(), &self.table).await?;
         Ok(())
     }
 

@@ -1073,14 +1073,11 @@ common::backend_tests! {
         let rec: Record =
             json!({"icao": "KUUU", "iata": "UUU", "lid": "UUU", "name": "Uniform Field"}).as_object().cloned().unwrap();
 
-        // U's entry is stored; its clock publication (the process's first: an upsert) fails.
+        // U's entry is stored; its clock publication (a replace of the high row) fails.
         slow.add(
-            Rule::new(
-                &[OpKind::Upsert, OpKind::Batch],
-                Trigger::Nth(1),
-                Fault::Fail(StoreError::Unavailable("test".into())),
-            )
-            .on(&names.wal_table),
+            Rule::new(&[OpKind::Replace], Trigger::Nth(1), Fault::Fail(StoreError::Unavailable("test".into())))
+                .on(&names.wal_table)
+                .partition(table_catalog::testing::wal::clock::CLOCK),
         );
         let failed = a.upsert(rec.clone(), false).await;
         assert!(failed.is_err(), "{label}: U's publication failed, so U answers an error: {failed:?}");
