@@ -333,31 +333,20 @@ impl Applier {
             }
             let rec = record::payload(e, &meta);
             let later = meta.wal_id.as_str() > id.as_str();
-            if let Some(fact) = super::fact::undecidable(filter, &rec) {
-                if meta.deleted {
-                    // This entry's own tombstone: it decided the record matched.
-                    out.push(Match::Live {
-                        partition: e.partition_key.clone(),
-                        row_key: e.row_key.clone(),
-                        record: rec,
-                        later,
-                        wal_id: meta.wal_id.clone(),
-                    });
-                } else if later {
-                    // Whether the version before this entry matched: the history's to say.
-                    if self.history.is_some() {
-                        out.push(Match::LaterUnmatched { row_key: e.row_key.clone() });
-                    }
-                } else {
-                    undecided.push(super::fact::Undecided {
-                        partition: e.partition_key.clone(),
-                        row_key: e.row_key.clone(),
-                        fact,
-                    });
+            let matched = match super::fact::undecidable(filter, &rec) {
+                None => filter.matches(&self.schema(), &rec),
+                // This entry's own tombstone: it decided the record matched.
+                Some(_) if meta.deleted => true,
+                // A later version: whether the version before this entry matched is the
+                // history's to say (below).
+                Some(_) if later => false,
+                Some(fact) => {
+                    let (partition, row_key) = (e.partition_key.clone(), e.row_key.clone());
+                    undecided.push(super::fact::Undecided { partition, row_key, fact });
+                    continue;
                 }
-                continue;
-            }
-            if filter.matches(&self.schema(), &rec) {
+            };
+            if matched {
                 out.push(Match::Live {
                     partition: e.partition_key.clone(),
                     row_key: e.row_key.clone(),
