@@ -13,8 +13,8 @@
 //! [`MIN_GAP`] would send N times the hints (and start N times the apply passes) for the
 //! same work: with 3 `serve` processes on Azurite, 0.36 of 1.14 queue requests per write
 //! were hints and 0.42 receives (docs/BENCHMARKS.md). The gap is `MIN_GAP` divided by this
-//! process's share of the writes ([`WriteShare`], estimated from the clock reads the
-//! appends make anyway), at most [`MAX_GAP`]: all processes together then hint each shard
+//! process's share of the writes ([`WriteShare`]: its clock publications over the
+//! catalog's, which the high row counts, `crate::wal::pace`), at most [`MAX_GAP`]: all processes together then hint each shard
 //! about once per `MIN_GAP`, and a process alone keeps `MIN_GAP`. The first hint after an
 //! idle spell goes at once, whatever the gap.
 //!

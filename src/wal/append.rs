@@ -3,21 +3,26 @@
 //! Concurrent appends of one process are coalesced into rounds. A round is run by a task of
 //! its own (so a caller that is cancelled, e.g. by a dropped HTTP request, cannot stall the
 //! others) for everybody queued when it starts. Up to [`rounds_for`] rounds run at once: an
-//! append that finds a free slot starts a round at once (low latency when idle); when every
-//! slot is busy, callers queue up and the next round to start takes them all (large rounds
-//! under load).
+//! append that finds a free slot starts a round (low latency when idle); when every slot is
+//! busy, callers queue up and the next round to start takes them all (large rounds under
+//! load).
 //!
 //! **Rounds in flight follow the process's share of the writes.** A process alone may run
-//! [`MAX_ROUNDS`] rounds at once; a process with share `s` of the catalog's append rounds
-//! ([`super::clock::WriteShare`], estimated by the clock reads for free) runs about
-//! `MAX_ROUNDS × s`, at least one. So N processes writing evenly run about as many rounds at
-//! once as one process did, each round carrying about N times the writes: the clock
-//! partition's traffic (one read and one publication per round) and the requests per write
-//! stay flat as instances are added, instead of growing with N. Measured (docs/BENCHMARKS.md,
-//! "Issue 10, session 10"): with 4 rounds per process, 8 simulated instances held the clock
-//! partition at 1,847 entities/s, 92% of Azure's 2,000 entities/s per-partition target; on
-//! Azurite, whose one thread serves every request, 3 processes each running 4 rounds of one
-//! or two writes spent 16% more requests per write than one process.
+//! [`MAX_ROUNDS`] rounds at once; a process with share `s` of the catalog's writes
+//! ([`super::clock::WriteShare`]: its clock publications over the catalog's) runs about
+//! `MAX_ROUNDS × s`, at least one. Rounds of several processes in flight at once meet each
+//! other's publications (412, a read more), so fewer of them cost the clock less per write.
+//!
+//! **Round starts are paced** ([`super::pace`]): a process starts its rounds at least a gap
+//! apart that grows with the number of processes writing and the clock requests a round
+//! costs, so that the catalog's rounds together keep the clock partition's traffic (one read
+//! and one publication per round, and a read per 412) near
+//! [`super::pace::ENTITIES_PER_SECOND`], 35% of Azure's per-partition target, however many
+//! processes write. A process alone is paced 2.9 ms apart, less than a round takes; under
+//! load each round carries the writes that queued meanwhile (fewer requests per write). The
+//! share limit alone held 32 simulated instances' clock partition at 87% of its target, and
+//! past 32 instances the clock throttled and writes failed (docs/BENCHMARKS.md, "Pacing the
+//! append rounds").
 //!
 //! Overlapping rounds are safe: each reserves its ids under the process's own
 //! last id, and publications never move the high-water mark back ([`super::clock`]). A round
@@ -60,23 +65,14 @@ struct Waiter {
 /// Most append rounds of one process in flight at once (a process alone).
 pub const MAX_ROUNDS: usize = 4;
 
-/// Append rounds a process may run at once when its share of the catalog's append rounds is
+/// Append rounds a process may run at once when its share of the catalog's writes is
 /// `share` (in (0, 1]; [`super::clock::WriteShare`]): `MAX_ROUNDS × share` rounded, within
 /// 1..=[`MAX_ROUNDS`] (a share that is not a number counts as 1: the limit only trades
-/// latency for fewer requests, never safety).
+/// latency for fewer requests, never safety). Rounds of one process in flight at once meet
+/// each other's publications (412), so fewer of them cost the clock less per write.
 pub fn rounds_for(share: f64) -> usize {
     let share = if share.is_nan() { 1.0 } else { share.clamp(0.0, 1.0) };
     ((MAX_ROUNDS as f64 * share).round() as usize).clamp(1, MAX_ROUNDS)
-}
-
-/// Whether a round task that finished a round runs another, with `waiting` callers queued,
-/// `running` round tasks (itself included) and `limit` = [`rounds_for`] the current share:
-/// only when callers wait and no more tasks run than the limit allows. So the surplus tasks
-/// leave when the share fell (a process alone ran 4 rounds, then others began to write),
-/// even under a load that never lets the queue empty; as `limit` ≥ 1, one task always stays
-/// while callers wait.
-fn runs_another(waiting: usize, running: usize, limit: usize) -> bool {
-    waiting > 0 && running <= limit
 }
 
 /// Appends waiting for a round, and how many round tasks run.
@@ -107,7 +103,7 @@ impl Appender {
         let start = {
             let mut q = self.queue.lock().unwrap_or_else(|p| p.into_inner());
             q.waiting.push(Waiter { ops, schema_version, reply: tx });
-            let free = q.running < self.round_limit();
+            let free = q.running < rounds_for(self.clock.share());
             if free {
                 q.running += 1;
             }
@@ -119,22 +115,27 @@ impl Appender {
         rx.await.map_err(|_| Error::Store(StoreError::Other("WAL append round ended without a reply".into())))?
     }
 
-    /// Rounds this process may run at once now ([`rounds_for`] its current share).
-    fn round_limit(&self) -> usize {
-        rounds_for(self.clock.share())
-    }
-
-    /// Runs rounds until nobody waits (or more run than [`Appender::round_limit`] allows).
+    /// Runs rounds, each when the pace allows, until nobody waits.
     async fn run(self) {
         loop {
-            let round = {
+            {
                 let mut q = self.queue.lock().unwrap_or_else(|p| p.into_inner());
-                if !runs_another(q.waiting.len(), q.running, self.round_limit()) {
+                // Surplus tasks leave when the share fell (one task always stays while callers
+                // wait, as the limit is at least 1).
+                if q.waiting.is_empty() || q.running > rounds_for(self.clock.share()) {
                     q.running -= 1;
                     return;
                 }
-                std::mem::take(&mut q.waiting)
-            };
+            }
+            let now = crate::env::now();
+            let at = self.clock.pace().next_start(now);
+            if at > now {
+                crate::env::sleep_until(at).await; // the callers that queue meanwhile join
+            }
+            let round = std::mem::take(&mut self.queue.lock().unwrap_or_else(|p| p.into_inner()).waiting);
+            if round.is_empty() {
+                continue; // another round task took them
+            }
             let reading = self.clock.read(self.store.as_ref(), &self.table).await;
             let current = match reading {
                 Ok(r) => r,
@@ -261,15 +262,6 @@ mod tests {
         assert_eq!(rounds_for(0.95), MAX_ROUNDS, "a rare other writer costs nothing");
         assert_eq!(rounds_for(f64::NAN), MAX_ROUNDS);
         assert_eq!(rounds_for(f64::MIN_POSITIVE), 1);
-    }
-
-    #[test]
-    fn round_tasks_over_a_fallen_limit_leave_even_while_callers_wait() {
-        assert!(runs_another(5, 4, 4), "within the limit, a task serves the callers");
-        assert!(!runs_another(5, 4, 1), "4 tasks, limit 1: this one leaves");
-        assert!(!runs_another(5, 2, 1), "2 tasks, limit 1: this one leaves");
-        assert!(runs_another(5, 1, 1), "the last task stays while callers wait");
-        assert!(!runs_another(0, 1, 4), "nobody waits");
     }
 
     #[test]

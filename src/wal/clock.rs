@@ -26,6 +26,10 @@
 //! showed a smaller value, and writes the larger one (a replace whose ETag is stale fails).
 //! Within a process, `own last + 1` keeps ids increasing even when two rounds overlap.
 //!
+//! Each publication also raises the row's publication count `n` by one; two observations of
+//! it give the catalog's rate of publications, by which [`super::pace`] spaces the rounds of
+//! each process (and [`WriteShare`] is estimated). Nothing about order depends on `n`.
+//!
 //! Cost: per round one point read and one conditional replace, one entity each, on a
 //! partition of its own, whatever the number of ids; rounds of one process are coalesced by
 //! [`super::append`] (group commit), and a process reuses the ETag its last read or write
@@ -64,7 +68,8 @@ pub const CLOCK: &str = "clock";
 /// RowKey prefix of the clock rows of earlier versions, in the `metadata` partition.
 pub const LEGACY_PREFIX: &str = "clock-";
 /// RowKey of the high row in [`CLOCK`]: properties `last` (Int64, µs), `version` (Int64,
-/// the schema version), `owner` (the process that last raised `last`) and `at` (when, µs).
+/// the schema version), `n` (Int64, how many publications raised `last`: the pace's rate,
+/// [`super::pace`]), `owner` (the process that last raised `last`) and `at` (when, µs).
 pub const HIGH_ROW: &str = "~high";
 /// RowKey of the schema-version row of catalogs from before the high row (property
 /// `version`, Int64), read once when the high row is created.
@@ -89,6 +94,14 @@ fn last_of(e: &Entity) -> i64 {
     }
 }
 
+/// The high row's publication count (property `n`; absent on a row of an older version: 0).
+fn count_of(e: &Entity) -> i64 {
+    match e.properties.get("n") {
+        Some(Value::Int64(v)) => *v,
+        _ => 0,
+    }
+}
+
 fn version_of(e: &Entity) -> u64 {
     match e.properties.get("version") {
         Some(Value::Int64(v)) => (*v).max(0) as u64,
@@ -105,15 +118,13 @@ pub struct ClockRead {
     pub schema_version: u64,
 }
 
-/// A process's share of the catalog's writes, estimated for free from the clock reads:
-/// each [`Clock::read`] sees whose publication is on top (the latest round of any process),
-/// and the share is the moving average (over about [`WriteShare::WINDOW`] reads) of how
-/// often it was this process's own. One process alone: 1; N processes writing at the same
-/// rate: about 1/N. Starts at 1. The hinter (`crate::hinter`) spaces its hints by it, so
-/// the hints of all processes together stay at one per shard per gap however many
-/// processes write, and the appender bounds its rounds in flight by it
-/// ([`super::append::rounds_for`]), so the catalog's rounds in flight stay about those of
-/// one process. Only a rate: nothing about ids or order depends on it.
+/// A process's share of the catalog's writes, estimated for free from the clock's traffic:
+/// its publications per second over the catalog's, both from [`super::pace`] (the high row
+/// counts publications, so two reads give the catalog's rate exactly). One process alone:
+/// 1; N processes writing at the same rate: about 1/N. Starts at 1. The hinter
+/// (`crate::hinter`) spaces its hints by it, so the hints of all processes together stay at
+/// one per shard per gap however many processes write. Only a rate: nothing about ids or
+/// order depends on it.
 #[derive(Debug, Clone)]
 pub struct WriteShare(std::sync::Arc<std::sync::atomic::AtomicU64>);
 
@@ -124,21 +135,15 @@ impl Default for WriteShare {
 }
 
 impl WriteShare {
-    /// Reads the average spans (the weight of each new observation is `1 / WINDOW`).
-    pub const WINDOW: f64 = 16.0;
-
     /// The current estimate, in (0, 1].
     pub fn get(&self) -> f64 {
         f64::from_bits(self.0.load(std::sync::atomic::Ordering::Relaxed))
     }
 
-    /// Notes one read: `mine` when the top publication was this process's own. Concurrent
-    /// reads may lose an update to each other; an estimate needs no more.
-    pub fn observe(&self, mine: bool) {
-        let x = if mine { 1.0 } else { 0.0 };
-        let old = self.get();
-        let new = (old + (x - old) / Self::WINDOW).clamp(f64::MIN_POSITIVE, 1.0);
-        self.0.store(new.to_bits(), std::sync::atomic::Ordering::Relaxed);
+    /// Sets the estimate to `share`, kept within (0, 1] (not a number: 1).
+    pub fn set(&self, share: f64) {
+        let share = if share.is_nan() { 1.0 } else { share.clamp(f64::MIN_POSITIVE, 1.0) };
+        self.0.store(share.to_bits(), std::sync::atomic::Ordering::Relaxed);
     }
 }
 
@@ -198,6 +203,8 @@ pub struct Clock {
     /// The largest high-water mark this process saw read or published itself: a lower bound
     /// of the stored one, which never goes back ([`Clock::publish_at_least`]).
     known_high: std::sync::atomic::AtomicI64,
+    /// The pace of this process's append rounds, fed by every observation of the high row.
+    pace: super::pace::Pace,
 }
 
 impl Clock {
@@ -213,6 +220,7 @@ impl Clock {
             seen: std::sync::Mutex::new(None),
             share: WriteShare::default(),
             known_high: std::sync::atomic::AtomicI64::new(0),
+            pace: super::pace::Pace::default(),
         }
     }
 
@@ -232,10 +240,15 @@ impl Clock {
         self.publish(store, table, micros).await
     }
 
-    /// This process's share of the catalog's append rounds, kept up to date by every
-    /// [`Clock::read`] (see [`WriteShare`]).
+    /// This process's share of the catalog's clock publications, kept up to date by every
+    /// observation of the high row (see [`WriteShare`]).
     pub fn write_share(&self) -> WriteShare {
         self.share.clone()
+    }
+
+    /// The pace of this process's append rounds ([`super::pace`]).
+    pub(crate) fn pace(&self) -> &super::pace::Pace {
+        &self.pace
     }
 
     /// The current estimate of [`Clock::write_share`], in (0, 1].
@@ -252,12 +265,22 @@ impl Clock {
     /// The high-water mark and the schema version: one point read of the high row (the
     /// first of a catalog from before the high row creates it, [`high_row`]).
     pub async fn read(&self, store: &dyn Store, table: &str) -> Result<ClockRead> {
+        self.pace.requested();
         let row = high_row(store, table).await?;
         let read = ClockRead { high: last_of(&row), schema_version: version_of(&row) };
-        self.share.observe(row.str("owner").is_none_or(|o| o == self.owner));
         self.known_high.fetch_max(read.high, std::sync::atomic::Ordering::SeqCst);
+        self.observe(&row);
         self.remember(row);
         Ok(read)
+    }
+
+    /// Feeds an observation of the high row (read or written now) to the pace, and the
+    /// share it estimates to [`Clock::write_share`].
+    fn observe(&self, row: &Entity) {
+        self.pace.observe(crate::env::now(), count_of(row));
+        if let Some(share) = self.pace.share() {
+            self.share.set(share);
+        }
     }
 
     /// Keeps `row` (read or written) as the high row this process knows, unless it knows a
@@ -385,7 +408,10 @@ impl Clock {
         let known = self.seen.lock().unwrap_or_else(|p| p.into_inner()).clone();
         let mut row = match known {
             Some(row) => row,
-            None => high_row(store, table).await?,
+            None => {
+                self.pace.requested();
+                high_row(store, table).await?
+            }
         };
         loop {
             if last_of(&row) >= last {
@@ -395,14 +421,23 @@ impl Clock {
             let raised = row
                 .clone()
                 .with("last", Value::Int64(last))
+                .with("n", Value::Int64(count_of(&row) + 1))
                 .with("owner", Value::String(self.owner.clone()))
                 .with("at", Value::Int64(now_micros()));
+            self.pace.requested();
             match replace_if_unchanged(store, table, &row, raised).await? {
                 Some(written) => {
+                    self.pace.published();
+                    self.observe(&written);
                     self.remember(written);
                     return Ok(());
                 }
-                None => row = high_row(store, table).await?, // raised meanwhile: read again
+                None => {
+                    // raised meanwhile: read again
+                    self.pace.requested();
+                    row = high_row(store, table).await?;
+                    self.observe(&row);
+                }
             }
         }
     }
@@ -660,18 +695,17 @@ mod tests {
     }
 
     #[test]
-    fn the_write_share_starts_at_one_and_follows_the_observations() {
+    fn the_write_share_starts_at_one_and_stays_within_bounds() {
         let share = WriteShare::default();
         assert_eq!(share.get(), 1.0);
-        for _ in 0..200 {
-            share.observe(false);
-        }
-        assert!(share.get() > 0.0 && share.get() < 0.01, "{}", share.get());
-        // Every third read finds its own publication on top: about a third.
-        for i in 0..600 {
-            share.observe(i % 3 == 0);
-        }
-        assert!((share.get() - 1.0 / 3.0).abs() < 0.1, "{}", share.get());
+        share.set(0.25);
+        assert_eq!(share.get(), 0.25);
+        share.set(0.0);
+        assert!(share.get() > 0.0);
+        share.set(3.0);
+        assert_eq!(share.get(), 1.0);
+        share.set(f64::NAN);
+        assert_eq!(share.get(), 1.0);
     }
 
     #[test]

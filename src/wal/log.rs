@@ -182,8 +182,8 @@ impl Wal {
         Ok(self.appender.clock.read(self.store.as_ref(), &self.table).await?.schema_version)
     }
 
-    /// This process's share of the catalog's writes, as its clock reads see it
-    /// ([`clock::WriteShare`]).
+    /// This process's share of the catalog's writes, as its clock publications over the
+    /// catalog's ([`clock::WriteShare`]).
     pub fn write_share(&self) -> clock::WriteShare {
         self.appender.clock.write_share()
     }

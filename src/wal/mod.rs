@@ -32,6 +32,7 @@ pub mod lease;
 mod log;
 pub(crate) mod max_row;
 mod options;
+pub(crate) mod pace;
 pub mod schema_row;
 pub mod seal;
 pub mod shard;
