@@ -13,11 +13,11 @@
 //! `MAX_ROUNDS × s`, at least one. Rounds of several processes in flight at once meet each
 //! other's publications (412, a read more), so fewer of them cost the clock less per write.
 //!
-//! **Round starts are paced** ([`super::pace`]): a process starts its rounds at least a gap
+//! **Round starts are paced** (`src/wal/pace.rs`): a process starts its rounds at least a gap
 //! apart that grows with the number of processes writing and the clock requests a round
 //! costs, so that the catalog's rounds together keep the clock partition's traffic (one read
 //! and one publication per round, and a read per 412) near
-//! [`super::pace::ENTITIES_PER_SECOND`], 35% of Azure's per-partition target, however many
+//! `pace::ENTITIES_PER_SECOND`, 35% of Azure's per-partition target, however many
 //! processes write. A process alone is paced 2.9 ms apart, less than a round takes; under
 //! load each round carries the writes that queued meanwhile (fewer requests per write). The
 //! share limit alone held 32 simulated instances' clock partition at 87% of its target, and

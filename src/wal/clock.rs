@@ -27,7 +27,7 @@
 //! Within a process, `own last + 1` keeps ids increasing even when two rounds overlap.
 //!
 //! Each publication also raises the row's publication count `n` by one; two observations of
-//! it give the catalog's rate of publications, by which [`super::pace`] spaces the rounds of
+//! it give the catalog's rate of publications, by which `src/wal/pace.rs` spaces the rounds of
 //! each process (and [`WriteShare`] is estimated). Nothing about order depends on `n`.
 //!
 //! Cost: per round one point read and one conditional replace, one entity each, on a
@@ -69,7 +69,7 @@ pub const CLOCK: &str = "clock";
 pub const LEGACY_PREFIX: &str = "clock-";
 /// RowKey of the high row in [`CLOCK`]: properties `last` (Int64, µs), `version` (Int64,
 /// the schema version), `n` (Int64, how many publications raised `last`: the pace's rate,
-/// [`super::pace`]), `owner` (the process that last raised `last`) and `at` (when, µs).
+/// `src/wal/pace.rs`), `owner` (the process that last raised `last`) and `at` (when, µs).
 pub const HIGH_ROW: &str = "~high";
 /// RowKey of the schema-version row of catalogs from before the high row (property
 /// `version`, Int64), read once when the high row is created.
@@ -119,7 +119,7 @@ pub struct ClockRead {
 }
 
 /// A process's share of the catalog's writes, estimated for free from the clock's traffic:
-/// its publications per second over the catalog's, both from [`super::pace`] (the high row
+/// its publications per second over the catalog's, both from `src/wal/pace.rs` (the high row
 /// counts publications, so two reads give the catalog's rate exactly). One process alone:
 /// 1; N processes writing at the same rate: about 1/N. Starts at 1. The hinter
 /// (`crate::hinter`) spaces its hints by it, so the hints of all processes together stay at
@@ -246,7 +246,7 @@ impl Clock {
         self.share.clone()
     }
 
-    /// The pace of this process's append rounds ([`super::pace`]).
+    /// The pace of this process's append rounds (`src/wal/pace.rs`).
     pub(crate) fn pace(&self) -> &super::pace::Pace {
         &self.pace
     }

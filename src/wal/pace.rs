@@ -4,8 +4,9 @@
 //! Every append round costs the `clock` partition a point read of the high row and, unless
 //! another process's publication covers it, a conditional replace, plus a read for each
 //! replace that meets 412 (another process published meanwhile): 2 entities per round for a
-//! process alone, about 4 with 32 processes writing on simulated Azure (docs/BENCHMARKS.md,
-//! "Pacing the append rounds"). Azure's scalability target is 2,000 entities/s per
+//! process alone, about 2.7 with 32 processes writing on simulated Azure, when most rounds
+//! are covered by another process's publication after a 412 (docs/BENCHMARKS.md, "Pacing
+//! the append rounds"). Azure's scalability target is 2,000 entities/s per
 //! partition (Microsoft, "Scalability and performance targets for Table storage"); the
 //! catalog's rounds are paced so that their clock requests stay under
 //! [`ENTITIES_PER_SECOND`], under half of it.
@@ -15,8 +16,8 @@
 //! [`WINDOW`] apart give the catalog's publication rate λ, exactly; counting its own
 //! publications gives a process its rate μ, and counting its clock requests and rounds its
 //! cost per round `e`. With `k = λ / μ` (how many processes like this one write), a process
-//! starts its rounds at least `k × e / ENTITIES_PER_SECOND` apart ([`Pace::gap`]): N
-//! processes writing evenly together cost the clock partition at most
+//! starts its rounds at least `k × e / ENTITIES_PER_SECOND` apart ([`Pace::next_start`]): N
+//! processes writing evenly together cost the clock partition about
 //! [`ENTITIES_PER_SECOND`], a process alone starts its rounds 2.9 ms apart (less than a
 //! round takes, so a lone writer never waits), and a process that writes more than the
 //! others gets the larger part of the budget. Under load a paced round carries the writes
