@@ -32,7 +32,9 @@ pub enum Error {
     #[error("{0}")]
     Timeout(String),
     /// The request cannot be answered as asked right now (a consistent read with a backlog
-    /// to apply first); retry after `retry_after_secs`. Nothing was written.
+    /// to apply first, or a write while this process's queue of writes waiting to be logged
+    /// is full: `WalOptions::max_queued_writes`); retry after `retry_after_secs`. Nothing
+    /// was written.
     #[error("{message}")]
     Busy {
         /// What is in the way.

@@ -79,6 +79,8 @@ pub fn rounds_for(share: f64) -> usize {
 #[derive(Default)]
 struct Queue {
     waiting: Vec<Waiter>,
+    /// Operations in `waiting`.
+    queued: usize,
     running: usize,
 }
 
@@ -89,19 +91,34 @@ pub(crate) struct Appender {
     table: String,
     pub(crate) clock: Arc<Clock>,
     queue: Arc<Mutex<Queue>>,
+    /// Most operations waiting for a round (`WalOptions::max_queued_writes`).
+    max_queued: usize,
 }
 
 impl Appender {
-    pub(crate) fn new(store: Arc<dyn Store>, table: String, clock: Clock) -> Appender {
-        Appender { store, table, clock: Arc::new(clock), queue: Arc::new(Mutex::new(Queue::default())) }
+    pub(crate) fn new(store: Arc<dyn Store>, table: String, clock: Clock, max_queued: usize) -> Appender {
+        let queue = Arc::new(Mutex::new(Queue::default()));
+        Appender { store, table, clock: Arc::new(clock), queue, max_queued }
     }
 
     /// Queues `ops` (validated under schema `schema_version`) for the next round and waits
-    /// for it.
+    /// for it. Refused with [`Error::Busy`] (nothing written, no id taken) when the
+    /// operations already waiting and `ops` together would pass the queue's limit
+    /// (`WalOptions::max_queued_writes`); `ops` alone may pass it when nothing waits.
     pub(super) async fn append(&self, ops: Vec<(ShardId, Op)>, schema_version: u64) -> Result<Vec<WalId>> {
         let (tx, rx) = oneshot::channel();
         let start = {
             let mut q = self.queue.lock().unwrap_or_else(|p| p.into_inner());
+            if q.queued > 0 && q.queued + ops.len() > self.max_queued {
+                return Err(Error::Busy {
+                    message: format!(
+                        "overloaded: {} writes wait to be logged in this process (limit {}, WalOptions::max_queued_writes); retry after 1 s",
+                        q.queued, self.max_queued
+                    ),
+                    retry_after_secs: 1,
+                });
+            }
+            q.queued += ops.len();
             q.waiting.push(Waiter { ops, schema_version, reply: tx });
             let free = q.running < rounds_for(self.clock.share());
             if free {
@@ -132,7 +149,11 @@ impl Appender {
             if at > now {
                 crate::env::sleep_until(at).await; // the callers that queue meanwhile join
             }
-            let round = std::mem::take(&mut self.queue.lock().unwrap_or_else(|p| p.into_inner()).waiting);
+            let round = {
+                let mut q = self.queue.lock().unwrap_or_else(|p| p.into_inner());
+                q.queued = 0;
+                std::mem::take(&mut q.waiting)
+            };
             if round.is_empty() {
                 continue; // another round task took them
             }

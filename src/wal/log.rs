@@ -76,7 +76,7 @@ impl Wal {
     pub fn new(store: Arc<dyn Store>, table: String, opts: WalOptions) -> Wal {
         let owner = crate::env::uuid().to_string();
         let clock = clock::Clock::new(&owner, opts.clock_skew_us);
-        let appender = append::Appender::new(store.clone(), table.clone(), clock);
+        let appender = append::Appender::new(store.clone(), table.clone(), clock, opts.max_queued_writes);
         let shards = AtomicU16::new(opts.shards.clamp(1, shard::MAX_SHARDS));
         Wal {
             store,

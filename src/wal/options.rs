@@ -33,6 +33,12 @@ pub struct WalOptions {
     /// between two such pages (`crate::apply::filter`); tests and the simulator make them
     /// small so filters span many pages.
     pub filter_page: usize,
+    /// Most operations one process holds waiting for an append round (default 10,000). An
+    /// append that would queue past it is refused at once with [`crate::Error::Busy`] (HTTP
+    /// 503 with `Retry-After: 1`), before any WAL id is taken, so a flood of writes cannot
+    /// grow the queue and every write's wait without bound. A call larger than the limit
+    /// is still taken when nothing waits.
+    pub max_queued_writes: usize,
 }
 
 impl Default for WalOptions {
@@ -46,6 +52,7 @@ impl Default for WalOptions {
             clock_skew_us: 0,
             shards: shard::DEFAULT_SHARDS,
             filter_page: crate::store::MAX_PAGE,
+            max_queued_writes: 10_000,
         }
     }
 }

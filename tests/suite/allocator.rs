@@ -346,3 +346,61 @@ common::backend_tests! {
         }
     }
 }
+
+common::backend_tests! {
+    /// A process refuses writes once the queue waiting for an append round is full
+    /// (`WalOptions::max_queued_writes`, src/wal/append.rs): at once, with 503-style
+    /// `Error::Busy` and a retry delay, and without logging anything; what was queued before
+    /// is logged and acknowledged. The clock read of the first round is held at a gate, so
+    /// that round runs and the writes behind it wait (a share of 1/8: one round at a time).
+    #[cfg(feature = "testing")]
+    #[tokio::test]
+    async fn writes_past_a_full_append_queue_are_refused_at_once_and_write_nothing(backend) {
+        use std::time::Duration;
+        use table_catalog::store::OpKind;
+        use table_catalog::testing::store::fault::{Fault, FaultStore, Gate, Rule, Trigger};
+        let faulty = Arc::new(FaultStore::new(common::store(backend), 1));
+        let names = Names::new(&common::unique_name("queuefull"), None, None).unwrap();
+        let mut o = CatalogOptions::default();
+        o.wal.max_queued_writes = 5;
+        let schema = table_catalog::testing::schema::Schema::new(vec!["icao".into()], "name").unwrap();
+        let catalog = Arc::new(Catalog::open(faulty.clone(), names.clone(), schema, o).await.unwrap());
+        catalog.upsert(rec(0), false).await.unwrap();
+        catalog.wal().write_share().set(1.0 / 8.0);
+        let gate = Gate::new();
+        let clock_read = Rule::new(&[OpKind::Get], Trigger::Always, Fault::Hold(gate.clone()));
+        faulty.add(clock_read.on(&names.wal_table).partition(table_catalog::testing::wal::clock::CLOCK));
+        // The first write's round holds at the gate; the next five fill the queue.
+        let mut queued = Vec::new();
+        for i in 1..=6 {
+            let c = catalog.clone();
+            queued.push(tokio::spawn(async move { c.upsert(rec(i), false).await }));
+            if i == 1 {
+                tokio::time::timeout(Duration::from_secs(10), gate.reached(1)).await.unwrap();
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await; // the five are queued
+        let refused = tokio::time::timeout(Duration::from_secs(1), catalog.upsert(rec(7), false))
+            .await
+            .expect("refused at once, not after the round");
+        match refused {
+            Err(table_catalog::Error::Busy { message, retry_after_secs }) => {
+                assert_eq!(retry_after_secs, 1);
+                assert!(message.contains("max_queued_writes"), "{message}");
+            }
+            other => panic!("{backend:?}: a write past a full queue: {other:?}"),
+        }
+        gate.open();
+        for w in queued {
+            w.await.unwrap().unwrap();
+        }
+        catalog.recover().await.unwrap();
+        let by_icao = |i: usize| table_catalog::query::Filter::new(vec![("icao".into(), format!("K{i:05}").into())]);
+        for i in 0..=6 {
+            assert_eq!(catalog.query_all(&by_icao(i)).await.unwrap().len(), 1, "{backend:?}: K{i:05}");
+        }
+        assert!(catalog.query_all(&by_icao(7)).await.unwrap().is_empty(), "{backend:?}: the refused write wrote nothing");
+        // With the queue drained, writes are taken again.
+        catalog.upsert(rec(7), false).await.unwrap();
+    }
+}
