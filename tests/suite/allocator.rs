@@ -395,7 +395,7 @@ common::backend_tests! {
             w.await.unwrap().unwrap();
         }
         catalog.recover().await.unwrap();
-        let by_icao = |i: usize| table_catalog::query::Filter::new(vec![("icao".into(), format!("K{i:05}").into())]);
+        let by_icao = |i: usize| table_catalog::query::Filter::new(vec![("icao".into(), format!("K{i:05}"))]);
         for i in 0..=6 {
             assert_eq!(catalog.query_all(&by_icao(i)).await.unwrap().len(), 1, "{backend:?}: K{i:05}");
         }
