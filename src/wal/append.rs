@@ -75,6 +75,16 @@ pub fn rounds_for(share: f64) -> usize {
     ((MAX_ROUNDS as f64 * share).round() as usize).clamp(1, MAX_ROUNDS)
 }
 
+/// Whether a round task that finished a round runs another, with `waiting` callers queued,
+/// `running` round tasks (itself included) and `limit` = [`rounds_for`] the current share:
+/// only when callers wait and no more tasks run than the limit allows. So the surplus tasks
+/// leave when the share fell (a process alone ran 4 rounds, then others began to write),
+/// even under a load that never lets the queue empty; as `limit` ≥ 1, one task always stays
+/// while callers wait.
+fn runs_another(waiting: usize, running: usize, limit: usize) -> bool {
+    waiting > 0 && running <= limit
+}
+
 /// Appends waiting for a round, and how many round tasks run.
 #[derive(Default)]
 struct Queue {
@@ -137,9 +147,7 @@ impl Appender {
         loop {
             {
                 let mut q = self.queue.lock().unwrap_or_else(|p| p.into_inner());
-                // Surplus tasks leave when the share fell (one task always stays while callers
-                // wait, as the limit is at least 1).
-                if q.waiting.is_empty() || q.running > rounds_for(self.clock.share()) {
+                if !runs_another(q.waiting.len(), q.running, rounds_for(self.clock.share())) {
                     q.running -= 1;
                     return;
                 }
@@ -283,6 +291,15 @@ mod tests {
         assert_eq!(rounds_for(0.95), MAX_ROUNDS, "a rare other writer costs nothing");
         assert_eq!(rounds_for(f64::NAN), MAX_ROUNDS);
         assert_eq!(rounds_for(f64::MIN_POSITIVE), 1);
+    }
+
+    #[test]
+    fn round_tasks_over_a_fallen_limit_leave_even_while_callers_wait() {
+        assert!(runs_another(5, 4, 4), "within the limit, a task serves the callers");
+        assert!(!runs_another(5, 4, 1), "4 tasks, limit 1: this one leaves");
+        assert!(!runs_another(5, 2, 1), "2 tasks, limit 1: this one leaves");
+        assert!(runs_another(5, 1, 1), "the last task stays while callers wait");
+        assert!(!runs_another(0, 1, 4), "nobody waits");
     }
 
     #[test]
