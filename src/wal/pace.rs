@@ -34,7 +34,7 @@ use crate::env::Instant;
 
 /// The clock partition's traffic the catalog's rounds aim under, in entities per second:
 /// 35% of Azure's 2,000 entities/s per-partition target (the estimates overshoot it by
-/// up to a third with 32 to 64 processes: docs/BENCHMARKS.md, "Pacing the append rounds").
+/// up to a third at 32 processes and a half at 64: docs/BENCHMARKS.md, "Pacing the append rounds").
 pub const ENTITIES_PER_SECOND: f64 = 700.0;
 /// Clock requests per round before any is counted: a read and a publication.
 const FIRST_COST: f64 = 2.0;
